@@ -1,0 +1,96 @@
+"""SQLAlchemy 2.0 tables of the store, and the schema version they make.
+
+Bump :data:`SCHEMA_VERSION` with every change and add a migration to
+``tunecache/store/migrations.py``; ``tunecache db upgrade`` runs them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["SCHEMA_VERSION", "Base", "MetaRow", "WorkloadRow", "HardwareRow", "RecordRow"]
+
+#: Version of the tables below. 1 is the first released schema.
+SCHEMA_VERSION = 1
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the store's tables."""
+
+
+class MetaRow(Base):
+    """Settings persisted in the database (``schema_version`` among them)."""
+
+    __tablename__ = "tc_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class WorkloadRow(Base):
+    """A workload: structural hash, the serialized IRModule, and a description."""
+
+    __tablename__ = "tc_workload"
+    __table_args__ = (UniqueConstraint("shash", "mod_eq", name="uq_workload_key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    shash: Mapped[str] = mapped_column(String(64))
+    mod_eq: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(256), default="")
+    family: Mapped[str] = mapped_column(String(64), default="other", index=True)
+    desc_json: Mapped[str] = mapped_column(Text, default="{}")
+    #: TVM's JSON of the IRModule (MetaSchedule ``Workload.as_json()[1]``), used to rebuild the
+    #: workload for replay and export. Never unpickled.
+    mod_json: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class HardwareRow(Base):
+    """A hardware key: canonical target, host fingerprint and TVM version."""
+
+    __tablename__ = "tc_hardware"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    target: Mapped[str] = mapped_column(Text)
+    target_kind: Mapped[str] = mapped_column(String(32), index=True)
+    cpu_model: Mapped[str] = mapped_column(String(256), default="")
+    fingerprint_json: Mapped[str] = mapped_column(Text)
+    tvm_version: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class RecordRow(Base):
+    """One measured program."""
+
+    __tablename__ = "tc_record"
+    __table_args__ = (
+        Index("ix_record_lookup", "workload_id", "hardware_id", "latency_s"),
+        Index("ix_record_hardware", "hardware_id"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("tc_workload.id", ondelete="CASCADE"))
+    hardware_id: Mapped[str] = mapped_column(ForeignKey("tc_hardware.id", ondelete="CASCADE"))
+    trace_json: Mapped[str] = mapped_column(Text)
+    run_secs_json: Mapped[str] = mapped_column(Text, default="[]")
+    latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cv: Mapped[float | None] = mapped_column(Float, nullable=True)
+    args_info_json: Mapped[str] = mapped_column(Text, default="null")
+    kind: Mapped[str] = mapped_column(String(16))
+    source_workload: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    source_record: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    trials: Mapped[int] = mapped_column(Integer, default=0)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    host: Mapped[str] = mapped_column(String(256), default="")
+    user: Mapped[str] = mapped_column(String(128), default="")
+    tunecache_version: Mapped[str] = mapped_column(String(32), default="")
+    tvm_version: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    stale: Mapped[bool] = mapped_column(Boolean, default=False)
