@@ -1,0 +1,199 @@
+"""MetaSchedule database backed by the store, bound to one hardware key.
+
+``ms.tune_tir(..., database=db)`` and ``relax.transform.MetaScheduleApplyDatabase`` read and
+write the store through it, and never see records measured on other hardware (TVM's own
+databases ignore the target: tvm issue 15549).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from tunecache import config
+from tunecache.errors import InvalidRecordError
+from tunecache.store.keys import HardwareKey, WorkloadDesc, WorkloadKey
+from tunecache.store.records import Provenance, Record
+from tunecache.store.store import Store
+from tunecache.tvm_layer import load_tvm
+
+__all__ = ["make_database", "CommitEvent"]
+
+
+@dataclass(frozen=True)
+class CommitEvent:
+    """What the adapter tells a listener after each committed measurement."""
+
+    workload: WorkloadKey
+    record: Record
+
+
+_CLASS: Any = None
+_CLASS_LOCK = threading.Lock()
+
+
+def _database_class() -> Any:
+    global _CLASS
+    with _CLASS_LOCK:
+        if _CLASS is not None:
+            return _CLASS
+        load_tvm()
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir.meta_schedule.database import PyDatabase
+
+        from tunecache.tvm_layer.convert import describe_module, record_from_tvm, record_to_tvm, workload_from_json, workload_of
+
+        @derived_object
+        class StoreDatabase(PyDatabase):
+            """A MetaSchedule ``PyDatabase`` over a tunecache :class:`Store`, for one hardware key."""
+
+            def __init__(
+                self,
+                store: Store,
+                hardware: HardwareKey,
+                target: Any,
+                provenance: Provenance,
+                on_commit: Callable[[CommitEvent], None] | None = None,
+                names: dict[str, str] | None = None,
+            ) -> None:
+                super().__init__()
+                self.store = store
+                self.hardware = hardware
+                self.target = target
+                self.provenance = provenance
+                self.on_commit = on_commit
+                self.names = dict(names or {})
+                self._workloads: dict[str, tuple[WorkloadKey, Any]] = {}
+                self._committed: set[str] = set()
+                self._trials: dict[str, int] = {}
+                self._started: dict[str, float] = {}
+                self._lock = threading.Lock()
+
+            # MetaSchedule's Workload objects carry the hash; reuse them per structural hash.
+            def _key(self, mod: Any) -> tuple[WorkloadKey, Any]:
+                key, mod_json, wl = workload_of(mod)
+                with self._lock:
+                    cached = self._workloads.get(key.shash)
+                    if cached is not None:
+                        return cached
+                    self._workloads[key.shash] = (key, wl)
+                if key.shash not in self._committed:
+                    desc = describe_module(mod)
+                    name = self.names.get(key.shash)
+                    if name:
+                        desc = replace(desc, name=name)
+                    self.store.commit_workload(key, desc, mod_json)
+                    self._committed.add(key.shash)
+                return key, wl
+
+            def has_workload(self, mod: Any) -> bool:
+                key, _mj, _wl = workload_of(mod)
+                return bool(self.store.best_k(key, self.hardware, 1))
+
+            def commit_workload(self, mod: Any) -> Any:
+                return self._key(mod)[1]
+
+            def commit_tuning_record(self, record: Any) -> None:
+                wl = record.workload
+                key, _wl = self._key(wl.mod)
+                with self._lock:
+                    n = self._trials.get(key.shash, 0) + 1
+                    self._trials[key.shash] = n
+                    start = self._started.setdefault(key.shash, time.time())
+                prov = replace(
+                    self.provenance,
+                    trials=n,
+                    seconds=time.time() - start,
+                    created_at=time.time(),
+                )
+                rec = record_from_tvm(record, key, self.hardware, prov)
+                self.store.commit_record(rec)
+                if self.on_commit is not None:
+                    self.on_commit(CommitEvent(key, rec))
+
+            def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
+                key, _mj = workload.as_json()[0], None
+                wkey = WorkloadKey(str(key))
+                out = []
+                for rec in self.store.best_k(wkey, self.hardware, top_k):
+                    try:
+                        out.append(record_to_tvm(rec, workload, self.target))
+                    except InvalidRecordError:
+                        continue  # a record that no longer loads is skipped, like MetaSchedule does
+                return out
+
+            def get_all_tuning_records(self) -> list[Any]:
+                out = []
+                wls: dict[str, Any] = {}
+                for rec in self.store.records(hardware=self.hardware, valid_only=True):
+                    wl = wls.get(rec.workload.shash)
+                    if wl is None:
+                        sw = self.store.get_workload(rec.workload)
+                        if sw is None or not sw.mod_json:
+                            continue
+                        try:
+                            wl = workload_from_json(sw.key, sw.mod_json)
+                        except InvalidRecordError:
+                            continue
+                        wls[rec.workload.shash] = wl
+                    try:
+                        out.append(record_to_tvm(rec, wl, self.target))
+                    except InvalidRecordError:
+                        continue
+                return out
+
+            def __len__(self) -> int:
+                return self.store.count_records(self.hardware)
+
+            def trials_committed(self, key: WorkloadKey) -> int:
+                """Return how many measurements of ``key`` this adapter committed."""
+                return self._trials.get(key.shash, 0)
+
+        _CLASS = StoreDatabase
+        return _CLASS
+
+
+def make_database(
+    store: Store,
+    hardware: HardwareKey,
+    target: Any,
+    *,
+    provenance: Provenance | None = None,
+    on_commit: Callable[[CommitEvent], None] | None = None,
+    names: dict[str, str] | None = None,
+) -> Any:
+    """Return a MetaSchedule database over ``store`` that only sees ``hardware``'s records.
+
+    Parameters
+    ----------
+    store
+        The store to read and write.
+    hardware
+        The hardware key every committed record gets and every query is filtered by.
+    target
+        The ``tvm.target.Target`` records are handed to MetaSchedule with.
+    provenance
+        Template for committed records (kind, source); ``trials``/``seconds`` are filled per
+        workload as measurements arrive.
+    on_commit
+        Called after each committed measurement (progress reporting).
+    names
+        Task names by workload hash, used to describe new workloads.
+
+    Examples
+    --------
+    >>> db = make_database(open_store("memory"), hw, target)          # doctest: +SKIP
+    >>> ms.tune_tir(mod, target, work_dir, 16, database=db)            # doctest: +SKIP
+    """
+    import tunecache
+
+    prov = provenance or Provenance(
+        kind="tuned",
+        host=config.current_host(),
+        user=config.current_user(),
+        tunecache_version=tunecache.__version__,
+        tvm_version=hardware.tvm_version,
+    )
+    return _database_class()(store, hardware, target, prov, on_commit, names)
