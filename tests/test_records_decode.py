@@ -1,0 +1,109 @@
+"""The record and import decoders on hostile input: only TunecacheError subclasses come out,
+and rejected entries never reach the store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tunecache.errors import InvalidRecordError, TunecacheError
+from tunecache.store import HardwareKey, Provenance, Record, Store, WorkloadKey
+from tunecache.store.records import decode_args_info, decode_json_text, decode_run_secs, decode_trace
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=5), children, max_size=5),
+    max_leaves=40,
+)
+
+SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+@SETTINGS
+@given(json_values)
+def test_decoders_raise_only_tunecache_errors(value: object) -> None:
+    for fn in (decode_trace, decode_run_secs, decode_args_info, Provenance.from_dict):
+        try:
+            fn(value)  # type: ignore[operator]
+        except TunecacheError:
+            pass
+
+
+@SETTINGS
+@given(st.text(max_size=200) | st.binary(max_size=200))
+def test_json_text_decoder_raises_only_tunecache_errors(text: object) -> None:
+    try:
+        decode_json_text(text)
+    except TunecacheError:
+        pass
+
+
+@SETTINGS
+@given(json_values, st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(), max_size=4))
+def test_rejected_records_leave_the_store_untouched(trace: object, secs: list) -> None:
+    store = Store("memory")
+    hw = HardwareKey('{"kind":"llvm"}', tvm_version="0.27")
+    try:
+        r = Record.from_measurement(WorkloadKey("w"), hw, trace, secs, None, Provenance())
+    except TunecacheError:
+        assert store.count_records() == 0
+        return
+    store.commit_record(r)
+    assert store.count_records() == 1
+
+
+def test_deeply_nested_json_is_rejected() -> None:
+    with pytest.raises(InvalidRecordError, match="nested"):
+        decode_json_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InvalidRecordError, match="nested"):
+        decode_json_text("[" * 50 + "]" * 50)
+
+
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ("[1e400]", "non-finite|not valid"),
+        ("[NaN]", "non-finite"),
+        ('{"a": ', "not valid JSON"),
+        (b"\xff\xfe", "UTF-8"),
+    ],
+)
+def test_bad_json_text(bad: object, msg: str) -> None:
+    with pytest.raises(InvalidRecordError, match=msg):
+        v = decode_json_text(bad)
+        decode_run_secs(v)
+
+
+def test_trace_checks() -> None:
+    ok = [[["GetSBlock", [], ["C", "main"], ["b0"]]], []]
+    assert decode_trace(ok) == ok
+    with pytest.raises(InvalidRecordError, match="does not exist"):
+        decode_trace([[["GetSBlock", [], [], []]], [[5, 1]]])
+    with pytest.raises(InvalidRecordError, match="invalid kind"):
+        decode_trace([[["rm -rf /", [], [], []]], []])
+    with pytest.raises(InvalidRecordError, match="out of range"):
+        decode_trace([[["Split", [2**70], [], []]], []])
+
+
+def test_run_secs_checks() -> None:
+    assert decode_run_secs([0.001, 2]) == (0.001, 2.0)
+    for bad in ([-1.0], ["1"], [True], [1e12], 5):
+        with pytest.raises(InvalidRecordError):
+            decode_run_secs(bad)
+
+
+def test_failed_measurement_has_no_latency() -> None:
+    hw = HardwareKey('{"kind":"llvm"}')
+    r = Record.from_measurement(WorkloadKey("w"), hw, [[], []], [1e10], None, Provenance())
+    assert r.latency_s is None and not r.is_valid
+    r = Record.from_measurement(WorkloadKey("w"), hw, [[], []], [1e-3, 3e-3], None, Provenance())
+    assert r.latency_s == pytest.approx(2e-3)
+
+
+def test_provenance_kind_is_checked() -> None:
+    with pytest.raises(InvalidRecordError, match="provenance kind"):
+        Provenance(kind="stolen")
+    assert json.loads(json.dumps(Provenance(kind="reused").to_dict()))["kind"] == "reused"
