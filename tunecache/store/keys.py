@@ -119,6 +119,10 @@ class HostFingerprint:
     gpu_name: str = ""
     gpu_compute: str = ""
 
+    def __post_init__(self) -> None:
+        # ISA flags are a set: order must not change equality or the key's id.
+        object.__setattr__(self, "isa", tuple(sorted(set(self.isa))))
+
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
         d = asdict(self)

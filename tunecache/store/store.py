@@ -322,13 +322,14 @@ class Store:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _insert_ignore(self, sess: Session, model: Any, values: dict[str, Any], index: list[str]) -> None:
+    def _insert_ignore(self, sess: Session, model: Any, values: dict[str, Any], index: list[str]) -> int:
+        """INSERT ... ON CONFLICT DO NOTHING; return 1 if a row was inserted, else 0."""
         if self.backend == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
         stmt = insert(model).values(**values).on_conflict_do_nothing(index_elements=index)
-        sess.execute(stmt)
+        return int(sess.execute(stmt).rowcount or 0)
 
     def _hardware_id(self, sess: Session, hw: HardwareKey) -> str:
         hid = hw.id
@@ -468,10 +469,7 @@ class Store:
                     created_at=p.created_at,
                     stale=r.stale,
                 )
-                before = sess.scalar(select(func.count()).select_from(RecordRow).where(RecordRow.uid == r.uid))
-                if not before:
-                    self._insert_ignore(sess, RecordRow, values, ["uid"])
-                    new += 1
+                new += self._insert_ignore(sess, RecordRow, values, ["uid"])
             return new
 
         try:
@@ -533,12 +531,13 @@ class Store:
         hid = hardware.id
 
         def do(sess: Session) -> list[Record]:
+            wid = self._workload_id(sess, workload)
+            if wid is None:
+                return []
             q = (
                 select(RecordRow)
-                .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
                 .where(
-                    WorkloadRow.shash == workload.shash,
-                    WorkloadRow.mod_eq == workload.mod_eq,
+                    RecordRow.workload_id == wid,
                     RecordRow.hardware_id == hid,
                     RecordRow.latency_s.is_not(None),
                 )
