@@ -1,0 +1,516 @@
+"""Model import, task extraction, building and running; and the model zoo.
+
+The TVM tests use tiny models (small_cnn, a hand-made ONNX graph, a two-op Relax module); whole
+zoo models are only imported and split into tasks, never compiled. The default suite of this
+file takes well under a minute; tests marked ``slow`` take longer.
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+
+import numpy as np
+import pytest
+
+from tunecache import zoo
+from tunecache.errors import TargetError, UnsupportedModelError
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fe():
+    from tunecache import frontend
+
+    return frontend
+
+
+@pytest.fixture(scope="module")
+def tvm():
+    from tunecache.tvm_layer import load_tvm
+
+    return load_tvm("llvm")
+
+
+@pytest.fixture(scope="module")
+def target(tvm):
+    from tunecache.tvm_layer.target import resolve_target
+
+    return resolve_target(None)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return zoo.get("small_cnn")
+
+
+@pytest.fixture(scope="module")
+def cnn_imported(fe, cnn):
+    return fe.import_model(cnn.module, cnn.example_inputs)
+
+
+@pytest.fixture(scope="module")
+def cnn_prepared(fe, cnn_imported, target):
+    return fe.prepare_for_tuning(cnn_imported, target)
+
+
+@pytest.fixture(scope="module")
+def cnn_tasks(fe, cnn_prepared, target):
+    return fe.extract_tasks(cnn_prepared, target)
+
+
+@pytest.fixture(scope="module")
+def cnn_built(fe, cnn_prepared, target):
+    return fe.build(cnn_prepared, target)
+
+
+def _onnx_cnn(batch: int | str = 1, extra_node: str | None = None):
+    """Conv(3->8, 3x3, pad 1) + Relu + Flatten + Gemm(512->10), built by hand with onnx.helper."""
+    rng = np.random.default_rng(0)
+    weights = {
+        "W": rng.standard_normal((8, 3, 3, 3)).astype("float32") * 0.3,
+        "B": rng.standard_normal(8).astype("float32"),
+        "G": rng.standard_normal((10, 8 * 8 * 8)).astype("float32") * 0.05,
+        "GB": rng.standard_normal(10).astype("float32"),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"], axis=1),
+        helper.make_node("Gemm", ["f", "G", "GB"], ["y"], transB=1),
+    ]
+    out = "y"
+    if extra_node is not None:
+        nodes.append(helper.make_node(extra_node, ["y"], ["z"]))
+        out = "z"
+    graph = helper.make_graph(
+        nodes,
+        "small_onnx_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, 10])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _onnx_reference(model, x: np.ndarray) -> np.ndarray:
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(model).run(None, {"x": x})[0]
+
+
+# --- import errors (no compilation) -----------------------------------------------------------
+
+
+def test_torch_module_without_example_inputs(fe, cnn):
+    with pytest.raises(UnsupportedModelError, match="example_inputs"):
+        fe.import_model(cnn.module)
+
+
+def test_torch_module_with_numpy_example_inputs(fe, cnn):
+    with pytest.raises(UnsupportedModelError, match="must be torch tensors"):
+        fe.import_model(cnn.module, (np.zeros((1, 3, 16, 16), "float32"),))
+
+
+@pytest.mark.parametrize("model", [42, object(), "model.pt", b"bytes"])
+def test_unsupported_model_types_list_what_is_accepted(fe, model):
+    with pytest.raises(UnsupportedModelError, match="accepted: a torch.nn.Module"):
+        fe.import_model(model)
+
+
+@pytest.mark.tvm
+def test_unsupported_onnx_operator_is_named(fe):
+    with pytest.raises(UnsupportedModelError, match="FooBarOp"):
+        fe.import_model(_onnx_cnn(extra_node="FooBarOp"))
+
+
+@pytest.mark.tvm
+def test_unsupported_torch_operator_is_named(fe):
+    class Fft(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.rfft(x).abs()
+
+    with pytest.raises(UnsupportedModelError, match="fft"):
+        fe.import_model(Fft(), (torch.randn(1, 8),))
+
+
+@pytest.mark.tvm
+def test_onnx_symbolic_batch_needs_example_inputs(fe):
+    with pytest.raises(UnsupportedModelError, match="example_inputs"):
+        fe.import_model(_onnx_cnn(batch="N"))
+    imported = fe.import_model(_onnx_cnn(batch="N"), (np.zeros((2, 3, 8, 8), "float32"),))
+    assert imported.inputs[0].shape == (2, 3, 8, 8)
+
+
+def test_missing_onnx_file(fe, tmp_path):
+    with pytest.raises(UnsupportedModelError, match="does not exist"):
+        fe.import_model(tmp_path / "nope.onnx")
+
+
+# --- torch -> relax -> build -> run ------------------------------------------------------------
+
+
+@pytest.mark.tvm
+def test_torch_import_records_inputs_and_params(cnn_imported):
+    assert cnn_imported.source == "torch"
+    assert cnn_imported.torch_io
+    assert [(s.name, s.shape, s.dtype) for s in cnn_imported.inputs] == [
+        ("x", (1, 3, 16, 16), "float32")
+    ]
+    assert len(cnn_imported.params) == 8  # 3 conv weights + biases, fc weight + bias
+    assert all(name.startswith("p_") for name in cnn_imported.params)
+
+
+@pytest.mark.tvm
+def test_small_cnn_untuned_matches_pytorch(fe, cnn, cnn_imported, cnn_built):
+    (x,) = cnn.example_inputs
+    want = cnn.module(x)
+    got = fe.run(cnn_built, cnn_imported, x)
+    assert isinstance(got, torch.Tensor)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    got_np = fe.run(cnn_built, cnn_imported, x.numpy())
+    assert isinstance(got_np, np.ndarray)
+    np.testing.assert_allclose(got_np, want.numpy(), rtol=1e-4, atol=1e-5)
+    # A second call on a reused VM gives a fresh result (outputs are copied out).
+    vm = fe.make_vm(cnn_built)
+    x2 = torch.randn_like(x)
+    a = fe.run(vm, cnn_imported, x)
+    b = fe.run(vm, cnn_imported, x2)
+    torch.testing.assert_close(a, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(b, cnn.module(x2), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_run_checks_inputs(fe, cnn_imported, cnn_built):
+    with pytest.raises(TypeError, match="takes 1 inputs"):
+        fe.run(cnn_built, cnn_imported)
+    with pytest.raises(ValueError, match=r"float32\[1, 3, 16, 16\]"):
+        fe.run(cnn_built, cnn_imported, np.zeros((2, 3, 16, 16), "float32"))
+    with pytest.raises(ValueError, match="float64"):
+        fe.run(cnn_built, cnn_imported, np.zeros((1, 3, 16, 16)))
+
+
+@pytest.mark.tvm
+def test_exported_program_source(fe, cnn, target):
+    ep = torch.export.export(cnn.module, cnn.example_inputs)
+    imported = fe.import_model(ep)
+    assert imported.source == "exported_program" and imported.torch_io
+    ex = fe.build(imported, target)  # an ImportedModel is prepared on the way
+    torch.testing.assert_close(
+        fe.run(ex, imported, *cnn.example_inputs), cnn.module(*cnn.example_inputs),
+        rtol=1e-4, atol=1e-5,
+    )  # fmt: skip
+
+
+@pytest.mark.tvm
+def test_export_library_round_trip(fe, cnn, cnn_imported, cnn_built, tmp_path):
+    path = fe.export_library(cnn_built, tmp_path / "small_cnn.so")
+    lib = fe.load_library(path)
+    (x,) = cnn.example_inputs
+    torch.testing.assert_close(fe.run(lib, cnn_imported, x), cnn.module(x), rtol=1e-4, atol=1e-5)
+    with pytest.raises(FileNotFoundError):
+        fe.load_library(tmp_path / "missing.so")
+
+
+# --- ONNX and Relax sources -----------------------------------------------------------------
+
+
+@pytest.mark.tvm
+def test_onnx_model_and_path_match_the_onnx_reference(fe, target, tmp_path):
+    model = _onnx_cnn()
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype("float32")
+    want = _onnx_reference(model, x)
+    path = tmp_path / "cnn.onnx"
+    onnx.save(model, str(path))
+    for source in (model, path, str(path)):
+        imported = fe.import_model(source)
+        assert imported.source == "onnx" and not imported.torch_io
+        assert imported.params == {}  # ONNX weights are constants in the module
+        assert [s.name for s in imported.inputs] == ["x"]
+        ex = fe.build(imported, target)
+        got = fe.run(ex, imported, x)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # torch in, torch out, whatever the source
+    got_t = fe.run(ex, imported, torch.from_numpy(x))
+    assert isinstance(got_t, torch.Tensor)
+
+
+@pytest.mark.tvm
+def test_onnx_tasks(fe, target):
+    imported = fe.import_model(_onnx_cnn())
+    tasks = fe.extract_tasks(fe.prepare_for_tuning(imported, target), target)
+    families = collections.Counter(t.desc.family for t in tasks)
+    assert families["conv2d"] == 1 and families["matmul"] == 1
+
+
+def _relax_mlp(tvm):
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 16), "float32"))
+    w = relax.Var("w", relax.TensorType((16, 8), "float32"))
+    with bb.function("main", [x, w], attrs={"num_input": 1}):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, w))
+            z = bb.emit_output(relax.op.nn.relu(y))
+        bb.emit_func_output(z)
+    return bb.get()
+
+
+@pytest.mark.tvm
+def test_relax_module_with_params(fe, tvm, target):
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((16, 8)).astype("float32")
+    x = rng.standard_normal((4, 16)).astype("float32")
+    imported = fe.import_model(_relax_mlp(tvm), params={"w": w})
+    assert imported.source == "relax"
+    assert [(s.name, s.shape) for s in imported.inputs] == [("x", (4, 16))]
+    tasks = fe.extract_tasks(fe.prepare_for_tuning(imported, target), target)
+    assert [(t.desc.family, t.weight) for t in tasks] == [("matmul", 1)]
+    assert tasks[0].desc.shapes == ((4, 16), (16, 8), (4, 8))
+    got = fe.run(fe.build(imported, target), imported, x)
+    np.testing.assert_allclose(got, np.maximum(x @ w, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_relax_module_missing_params(fe, tvm):
+    with pytest.raises(UnsupportedModelError, match="no value in params"):
+        fe.import_model(_relax_mlp(tvm))
+    with pytest.raises(UnsupportedModelError, match="not a parameter"):
+        fe.import_model(_relax_mlp(tvm), params={"v": np.zeros((16, 8), "float32")})
+
+
+# --- tasks ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.tvm
+def test_small_cnn_tasks(cnn_tasks):
+    families = collections.Counter(t.desc.family for t in cnn_tasks)
+    assert families["conv2d"] == 3
+    assert families["matmul"] == 1
+    # Weights bound first: the fc weight transpose and bias reshapes are folded, not tasks.
+    assert not any("transpose" in t.name for t in cnn_tasks)
+    assert all(t.weight >= 1 for t in cnn_tasks)
+    conv = next(t for t in cnn_tasks if t.name == "fused_conv2d_add_relu")
+    assert conv.desc.shapes[:2] == ((1, 3, 16, 16), (16, 3, 3, 3))
+    assert set(conv.desc.dtypes) == {"float32"}
+    assert len({t.key for t in cnn_tasks}) == len(cnn_tasks)
+
+
+@pytest.mark.tvm
+def test_task_key_is_metaschedules_workload_hash(cnn_tasks):
+    from tvm.s_tir import meta_schedule as ms
+
+    for task in cnn_tasks:
+        assert ms.database.Workload(task.mod).as_json()[0] == task.key.shash
+
+
+@pytest.mark.tvm
+def test_prepare_is_idempotent_and_target_checked(fe, cnn_prepared, cnn_tasks, target):
+    assert fe.is_prepared(cnn_prepared)
+    assert fe.prepare_for_tuning(cnn_prepared, target) is cnn_prepared
+    with pytest.raises(TargetError, match="prepared for a llvm target"):
+        fe.build(cnn_prepared, "nvidia/nvidia-a100")
+
+
+def _recording_database():
+    import tvm_ffi
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    @derived_object
+    class Recording(ms.database.PyDatabase):
+        def __init__(self):
+            super().__init__()
+            self.asked: set[str] = set()
+
+        def has_workload(self, mod):
+            self.asked.add(str(tvm_ffi.structural_hash(mod)))
+            return False
+
+        def commit_workload(self, mod):
+            self.asked.add(str(tvm_ffi.structural_hash(mod)))
+            return ms.database.Workload(mod)
+
+        def commit_tuning_record(self, record):
+            pass
+
+        def get_top_k(self, workload, top_k):
+            return []
+
+        def get_all_tuning_records(self):
+            return []
+
+        def __len__(self):
+            return 0
+
+    return Recording()
+
+
+@pytest.mark.tvm
+def test_database_is_asked_for_exactly_the_extracted_tasks(fe, cnn_prepared, cnn_tasks, target):
+    db = _recording_database()
+    fe.build(cnn_prepared, target, database=db)
+    assert db.asked == {t.key.shash for t in cnn_tasks}
+
+
+@pytest.mark.tvm
+def test_database_record_is_applied(fe, tvm, cnn, cnn_imported, cnn_prepared, cnn_tasks, target):
+    from tvm import relax
+    from tvm.s_tir import Schedule
+    from tvm.s_tir import meta_schedule as ms
+
+    task = next(t for t in cnn_tasks if t.desc.family == "matmul")
+    sch = Schedule(task.mod)
+    loops = sch.get_loops(sch.get_sblock("matmul"))
+    _, inner = sch.split(loops[-1], [None, 64])
+    sch.unroll(inner)
+    db = ms.database.MemoryDatabase()
+    workload = db.commit_workload(task.mod)
+    args = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
+    db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, [1e-4], target, args))
+
+    with target, db, tvm.transform.PassContext(opt_level=3):
+        applied = relax.transform.MetaScheduleApplyDatabase()(cnn_prepared)
+    scheduled = {t.name for t in cnn_tasks if "tirx.is_scheduled" in (applied[t.name].attrs or {})}
+    assert scheduled == {task.name}
+
+    ex = fe.build(cnn_prepared, target, database=db)
+    (x,) = cnn.example_inputs
+    torch.testing.assert_close(fe.run(ex, cnn_imported, x), cnn.module(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_cuda_target_without_a_gpu_prepares_extracts_and_builds(fe, cnn_imported, cnn_tasks):
+    # No GPU is needed to compile for one; DLight schedules the kernels no record covers.
+    prepared = fe.prepare_for_tuning(cnn_imported, "nvidia/nvidia-a100")
+    tasks = fe.extract_tasks(prepared, "nvidia/nvidia-a100")
+    assert {t.key for t in tasks} == {t.key for t in cnn_tasks}  # same TIR; targets differ
+    ex = fe.build(prepared, "nvidia/nvidia-a100")
+    assert ex is not None
+
+
+# --- family guess -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "shapes", "family"),
+    [
+        ("fused_conv2d1_add_relu", [(1, 64, 56, 56), (64, 64, 3, 3)], "conv2d"),
+        ("conv2d10", [(1, 256, 14, 14), (512, 256, 1, 1)], "conv2d"),
+        ("fused_conv2d3_subtract_divide", [(1, 96, 56, 56), (96, 1, 3, 3)], "depthwise_conv2d"),
+        ("fused_conv2d_transpose_add", [(1, 8, 8, 8), (8, 4, 2, 2)], "other"),
+        ("fused_matmul_add1", [(1, 128, 768), (768, 768)], "matmul"),
+        ("matmul1", [(1, 12, 128, 64), (1, 12, 64, 128)], "batch_matmul"),
+        ("batch_matmul", [(4, 8, 8), (4, 8, 8)], "batch_matmul"),
+        ("dense3", [(1, 512), (10, 512)], "dense"),
+        ("fused_reshape1_add", [(1, 128, 768)], "other"),
+        ("layer_norm", [], "other"),
+        ("max_pool2d", [], "other"),
+    ],
+)
+def test_guess_family(fe, name, shapes, family):
+    assert fe.guess_family(name, shapes) == family
+
+
+# --- zoo ---------------------------------------------------------------------------------------
+
+
+def test_zoo_registry():
+    assert zoo.names() == ("bert_base", "mobilenet_v2", "resnet18", "resnet50", "small_cnn")
+    with pytest.raises(UnsupportedModelError, match="resnet18"):
+        zoo.get("resnet19")
+    with pytest.raises(UnsupportedModelError, match="takes batch"):
+        zoo.get("resnet18", depth=34)
+    assert "seq_len=128" in zoo.describe("bert_base")
+
+
+def test_zoo_models_are_seeded_eval_and_leave_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    a, b = zoo.get("small_cnn"), zoo.get("small_cnn")
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert not a.module.training
+    torch.testing.assert_close(a.module(*a.example_inputs), b.module(*b.example_inputs))
+    c = zoo.get("small_cnn", seed=1)
+    assert not torch.equal(a.module.conv1.weight, c.module.conv1.weight)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "out_shape"),
+    [
+        ("bert_base", {"seq_len": 16, "num_layers": 1}, (1, 16, 768)),
+        ("mobilenet_v2", {"image_size": 64}, (1, 1000)),
+        ("resnet18", {"image_size": 64, "batch": 2}, (2, 1000)),
+        ("resnet50", {"image_size": 64}, (1, 1000)),
+    ],
+)
+def test_zoo_models_run_in_pytorch(name, params, out_shape):
+    m = zoo.get(name, **params)
+    with torch.no_grad():
+        out = m.module(*m.example_inputs)
+    assert tuple(out.shape) == out_shape
+    assert torch.isfinite(out).all()
+    assert "=" in m.name  # parameters are part of the name
+
+
+def _zoo_tasks(fe, target, name, **params):
+    m = zoo.get(name, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        imported = fe.import_model(m.module, m.example_inputs)
+    return fe.extract_tasks(fe.prepare_for_tuning(imported, target), target)
+
+
+@pytest.mark.tvm
+def test_bert_layer_tasks(fe, target):
+    tasks = _zoo_tasks(fe, target, "bert_base", num_layers=1)
+    families = collections.Counter(t.desc.family for t in tasks)
+    assert families["matmul"] == 3  # QKV/output projections (768x768), FFN up, FFN down
+    assert families["batch_matmul"] == 2  # scores and context
+    assert sum(t.weight for t in tasks if t.desc.family == "matmul") == 6
+
+
+@pytest.mark.tvm
+def test_resnet18_tasks(fe, target):
+    tasks = _zoo_tasks(fe, target, "resnet18")
+    families = collections.Counter(t.desc.family for t in tasks)
+    # Batch norm is decomposed and fused into its convolution: 22 tasks, 18 of them conv2d
+    # (11 conv shapes, some with several epilogues); 28 without DecomposeOpsForInference.
+    assert len(tasks) == 22
+    assert families == {"conv2d": 18, "matmul": 1, "other": 3}
+    assert len({t.desc.shapes[:2] for t in tasks if t.desc.family == "conv2d"}) == 11
+
+
+@pytest.mark.tvm
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "n_tasks", "families"),
+    [
+        ("resnet50", 32, {"conv2d": 28, "matmul": 1, "other": 3}),
+        ("mobilenet_v2", 33, {"conv2d": 20, "depthwise_conv2d": 10, "matmul": 1, "other": 2}),
+    ],
+)
+def test_cnn_zoo_tasks(fe, target, name, n_tasks, families):
+    tasks = _zoo_tasks(fe, target, name)
+    assert len(tasks) == n_tasks
+    assert collections.Counter(t.desc.family for t in tasks) == families
+
+
+@pytest.mark.tvm
+@pytest.mark.slow
+def test_bert_base_tasks_dedupe_across_layers(fe, target):
+    full = _zoo_tasks(fe, target, "bert_base")
+    two = _zoo_tasks(fe, target, "bert_base", num_layers=2)
+    assert len(full) == 18
+    assert {t.key for t in full} == {t.key for t in two}
+    by_key = {t.key: t.weight for t in full}
+    assert sum(by_key[t.key] for t in two if t.desc.family == "matmul") == 6 * 12

@@ -1,0 +1,470 @@
+"""A small zoo of PyTorch models with seeded random weights, for benchmarks and tests.
+
+Everything here is written in plain PyTorch: no downloads, no torchvision (it breaks beside the
+pinned torch wheel). Weights are random but deterministic (``seed``), which is all tuning needs:
+the tensor programs depend on shapes and dtypes, never on weight values.
+
+Examples
+--------
+>>> from tunecache import zoo
+>>> zoo.names()
+('bert_base', 'mobilenet_v2', 'resnet18', 'resnet50', 'small_cnn')
+>>> m = zoo.get("small_cnn")
+>>> m.module(*m.example_inputs).shape
+torch.Size([1, 10])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from tunecache.errors import DependencyError, UnsupportedModelError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["ZooModel", "get", "names", "describe"]
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """A ready-to-import model of the zoo.
+
+    Attributes
+    ----------
+    name
+        Registry name with its parameters, e.g. ``"bert_base(seq_len=128, num_layers=12)"``.
+    module
+        The ``torch.nn.Module``, in eval mode (a live PyTorch object, not a plain value).
+    example_inputs
+        A tuple of example tensors to export the module with.
+    description
+        One line saying what the model is.
+    """
+
+    name: str
+    module: "torch.nn.Module"
+    example_inputs: tuple["torch.Tensor", ...]
+    description: str
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise DependencyError(
+            "the model zoo needs PyTorch: run `pip install tunecache[torch]`"
+        ) from err
+    return torch
+
+
+# ---------------------------------------------------------------------------------------------
+# Model definitions. They are built inside a function so that importing this module does not
+# import torch.
+# ---------------------------------------------------------------------------------------------
+
+
+def _randomize_batchnorm(module: "torch.nn.Module", generator: "torch.Generator") -> None:
+    """Give batch norms non-trivial running statistics, so that they are not identities."""
+    torch = _torch()
+    for m in module.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.normal_(0.0, 0.1, generator=generator)
+                m.running_var.uniform_(0.5, 1.5, generator=generator)
+                m.weight.uniform_(0.5, 1.5, generator=generator)
+                m.bias.normal_(0.0, 0.1, generator=generator)
+
+
+def _build_resnet(depth: int, num_classes: int) -> "torch.nn.Module":
+    torch = _torch()
+    nn = torch.nn
+
+    class BasicBlock(nn.Module):
+        expansion = 1
+
+        def __init__(self, cin: int, planes: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.relu = nn.ReLU()
+            self.downsample: nn.Module | None = None
+            if stride != 1 or cin != planes:
+                self.downsample = nn.Sequential(
+                    nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
+                )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            idt = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            return self.relu(out + idt)
+
+    class Bottleneck(nn.Module):
+        expansion = 4
+
+        def __init__(self, cin: int, planes: int, stride: int) -> None:
+            super().__init__()
+            width = planes
+            self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(width)
+            self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(width)
+            self.conv3 = nn.Conv2d(width, planes * 4, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(planes * 4)
+            self.relu = nn.ReLU()
+            self.downsample: nn.Module | None = None
+            if stride != 1 or cin != planes * 4:
+                self.downsample = nn.Sequential(
+                    nn.Conv2d(cin, planes * 4, 1, stride, bias=False), nn.BatchNorm2d(planes * 4)
+                )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            idt = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            out = self.bn3(self.conv3(out))
+            return self.relu(out + idt)
+
+    block: type[BasicBlock] | type[Bottleneck]
+    if depth == 18:
+        block, layers = BasicBlock, [2, 2, 2, 2]
+    else:
+        block, layers = Bottleneck, [3, 4, 6, 3]
+
+    class ResNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.relu = nn.ReLU()
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+            stages = []
+            cin = 64
+            for i, n in enumerate(layers):
+                planes = 64 * 2**i
+                blocks = []
+                for j in range(n):
+                    blocks.append(block(cin, planes, 2 if (j == 0 and i > 0) else 1))
+                    cin = planes * block.expansion
+                stages.append(nn.Sequential(*blocks))
+            self.layer1, self.layer2, self.layer3, self.layer4 = stages
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(cin, num_classes)
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(torch.flatten(self.avgpool(x), 1))
+
+    return ResNet()
+
+
+def _build_mobilenet_v2(num_classes: int, width_mult: float) -> "torch.nn.Module":
+    torch = _torch()
+    nn = torch.nn
+
+    def divisible(v: float, divisor: int = 8) -> int:
+        new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
+        return new_v + divisor if new_v < 0.9 * v else new_v
+
+    def conv_bn(cin: int, cout: int, k: int, stride: int, groups: int = 1) -> nn.Sequential:
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU6(),
+        )
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+            super().__init__()
+            hidden = cin * expand
+            self.use_res = stride == 1 and cin == cout
+            layers: list[nn.Module] = []
+            if expand != 1:
+                layers.append(conv_bn(cin, hidden, 1, 1))
+            layers += [
+                conv_bn(hidden, hidden, 3, stride, groups=hidden),
+                nn.Conv2d(hidden, cout, 1, bias=False),
+                nn.BatchNorm2d(cout),
+            ]
+            self.conv = nn.Sequential(*layers)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.conv(x) if self.use_res else self.conv(x)
+
+    settings = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]  # fmt: skip
+
+    class MobileNetV2(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            cin = divisible(32 * width_mult)
+            last = divisible(1280 * max(1.0, width_mult))
+            feats: list[nn.Module] = [conv_bn(3, cin, 3, 2)]
+            for t, c, n, s in settings:
+                cout = divisible(c * width_mult)
+                for i in range(n):
+                    feats.append(InvertedResidual(cin, cout, s if i == 0 else 1, t))
+                    cin = cout
+            feats.append(conv_bn(cin, last, 1, 1))
+            self.features = nn.Sequential(*feats)
+            self.classifier = nn.Linear(last, num_classes)
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out")
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.features(x)
+            x = torch.nn.functional.adaptive_avg_pool2d(x, 1)
+            return self.classifier(torch.flatten(x, 1))
+
+    return MobileNetV2()
+
+
+def _build_bert(num_layers: int, hidden: int, heads: int, intermediate: int, vocab: int,
+                max_positions: int) -> "torch.nn.Module":  # fmt: skip
+    torch = _torch()
+    nn = torch.nn
+    head_dim = hidden // heads
+
+    class SelfAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.query = nn.Linear(hidden, hidden)
+            self.key = nn.Linear(hidden, hidden)
+            self.value = nn.Linear(hidden, hidden)
+            self.out = nn.Linear(hidden, hidden)
+            self.norm = nn.LayerNorm(hidden, eps=1e-12)
+
+        def _split(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, _ = x.shape
+            return x.reshape(b, s, heads, head_dim).permute(0, 2, 1, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, _ = x.shape
+            q, k = self._split(self.query(x)), self._split(self.key(x))
+            v = self._split(self.value(x))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim)
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+            ctx = ctx.permute(0, 2, 1, 3).reshape(b, s, hidden)
+            return self.norm(x + self.out(ctx))
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = SelfAttention()
+            self.intermediate = nn.Linear(hidden, intermediate)
+            self.act = nn.GELU()
+            self.output = nn.Linear(intermediate, hidden)
+            self.norm = nn.LayerNorm(hidden, eps=1e-12)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.attention(x)
+            return self.norm(x + self.output(self.act(self.intermediate(x))))
+
+    class BertEncoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.word = nn.Embedding(vocab, hidden)
+            self.position = nn.Embedding(max_positions, hidden)
+            self.token_type = nn.Embedding(2, hidden)
+            self.norm = nn.LayerNorm(hidden, eps=1e-12)
+            self.layers = nn.ModuleList([Layer() for _ in range(num_layers)])
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            seq = input_ids.shape[1]
+            pos = torch.arange(seq, dtype=torch.int64).unsqueeze(0)
+            x = self.word(input_ids) + self.position(pos) + self.token_type(torch.zeros_like(pos))
+            x = self.norm(x)
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    return BertEncoder()
+
+
+def _build_small_cnn(num_classes: int) -> "torch.nn.Module":
+    torch = _torch()
+    nn = torch.nn
+
+    class SmallCNN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 16, 3, 1, 1)
+            self.conv2 = nn.Conv2d(16, 16, 3, 1, 1)
+            self.conv3 = nn.Conv2d(16, 32, 3, 2, 1)
+            self.fc = nn.Linear(32 * 8 * 8, num_classes)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.conv1(x))
+            y = torch.relu(self.conv2(y) + y)
+            y = torch.relu(self.conv3(y))
+            return self.fc(torch.flatten(y, 1))
+
+    return SmallCNN()
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Entry:
+    description: str
+    factory: Callable[..., tuple["torch.nn.Module", tuple["torch.Tensor", ...]]]
+    defaults: dict[str, Any]
+
+
+def _resnet(depth: int) -> Callable[..., tuple[Any, tuple[Any, ...]]]:
+    def factory(*, batch: int, image_size: int, num_classes: int) -> tuple[Any, tuple[Any, ...]]:
+        torch = _torch()
+        return _build_resnet(depth, num_classes), (torch.randn(batch, 3, image_size, image_size),)
+
+    return factory
+
+
+def _mobilenet(*, batch: int, image_size: int, num_classes: int,
+               width_mult: float) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
+    torch = _torch()
+    model = _build_mobilenet_v2(num_classes, width_mult)
+    return model, (torch.randn(batch, 3, image_size, image_size),)
+
+
+def _bert(*, batch: int, seq_len: int, num_layers: int, hidden: int, heads: int,
+          intermediate: int, vocab: int) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
+    torch = _torch()
+    if hidden % heads:
+        raise UnsupportedModelError(f"bert_base: hidden={hidden} is not divisible by heads={heads}")
+    model = _build_bert(num_layers, hidden, heads, intermediate, vocab, max(512, seq_len))
+    return model, (torch.randint(0, vocab, (batch, seq_len), dtype=torch.int64),)
+
+
+def _small_cnn(*, batch: int, image_size: int, num_classes: int) -> tuple[Any, tuple[Any, ...]]:
+    torch = _torch()
+    if image_size != 16:
+        raise UnsupportedModelError(
+            f"small_cnn takes 16x16 images only, got image_size={image_size}"
+        )
+    return _build_small_cnn(num_classes), (torch.randn(batch, 3, image_size, image_size),)
+
+
+_REGISTRY: dict[str, _Entry] = {
+    "resnet18": _Entry(
+        "ResNet-18 (basic blocks), NCHW float32",
+        _resnet(18),
+        {"batch": 1, "image_size": 224, "num_classes": 1000},
+    ),
+    "resnet50": _Entry(
+        "ResNet-50 (bottleneck blocks), NCHW float32",
+        _resnet(50),
+        {"batch": 1, "image_size": 224, "num_classes": 1000},
+    ),
+    "mobilenet_v2": _Entry(
+        "MobileNetV2 (inverted residuals, depthwise convolutions), NCHW float32",
+        _mobilenet,
+        {"batch": 1, "image_size": 224, "num_classes": 1000, "width_mult": 1.0},
+    ),
+    "bert_base": _Entry(
+        "BERT-base encoder (embeddings + transformer layers, no mask, no pooler), int64 token ids"
+        " -> float32 hidden states; identical layers give identical tuning tasks",
+        _bert,
+        {"batch": 1, "seq_len": 128, "num_layers": 12, "hidden": 768, "heads": 12,
+         "intermediate": 3072, "vocab": 30522},  # fmt: skip
+    ),
+    "small_cnn": _Entry(
+        "a tiny CNN for tests: three conv2d+relu (one residual add), flatten, dense; 16x16 input",
+        _small_cnn,
+        {"batch": 1, "image_size": 16, "num_classes": 10},
+    ),
+}
+
+
+def names() -> tuple[str, ...]:
+    """Return the names of the zoo's models, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def describe(name: str) -> str:
+    """Return the description and default parameters of one zoo model.
+
+    Raises
+    ------
+    UnsupportedModelError
+        If ``name`` is not in the zoo.
+    """
+    entry = _entry(name)
+    params = ", ".join(f"{k}={v!r}" for k, v in entry.defaults.items())
+    return f"{name}({params}): {entry.description}"
+
+
+def _entry(name: str) -> _Entry:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnsupportedModelError(
+            f"unknown zoo model {name!r}; choose one of {', '.join(names())}"
+        ) from None
+
+
+def get(name: str, *, seed: int = 0, **params: Any) -> ZooModel:
+    """Build a zoo model with seeded random weights, in eval mode.
+
+    Parameters
+    ----------
+    name
+        One of :func:`names`.
+    seed
+        Seed of the weights and of the example inputs. The global torch RNG is left untouched.
+    **params
+        Overrides of the model's defaults (see :func:`describe`), e.g. ``seq_len=64`` or
+        ``num_layers=1`` for ``bert_base``, ``batch=8`` or ``image_size=160`` for CNNs.
+
+    Returns
+    -------
+    ZooModel
+        The module and example inputs.
+
+    Raises
+    ------
+    UnsupportedModelError
+        If ``name`` is unknown or a parameter is not one the model takes.
+    DependencyError
+        If PyTorch is not installed.
+
+    Examples
+    --------
+    >>> get("bert_base", seq_len=64, num_layers=1).example_inputs[0].shape
+    torch.Size([1, 64])
+    """
+    entry = _entry(name)
+    unknown = sorted(set(params) - set(entry.defaults))
+    if unknown:
+        raise UnsupportedModelError(
+            f"zoo model {name!r} takes no parameter {', '.join(unknown)}; "
+            f"it takes {', '.join(entry.defaults)}"
+        )
+    kwargs = {**entry.defaults, **params}
+    torch = _torch()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module, inputs = entry.factory(**kwargs)
+        gen = torch.Generator().manual_seed(seed + 1)
+        _randomize_batchnorm(module, gen)
+    module.eval()
+    for p in module.parameters():
+        p.requires_grad_(False)
+    label = ", ".join(f"{k}={kwargs[k]!r}" for k in entry.defaults if k in params)
+    full_name = f"{name}({label})" if label else name
+    return ZooModel(full_name, module, tuple(inputs), entry.description)
