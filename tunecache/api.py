@@ -1,0 +1,230 @@
+"""``tunecache.compile``: a model in, a runnable compiled model out, every task from the store
+when it can be, tuned when it cannot.
+
+The driver is the ladder, step by step: import -> extract tasks -> look up the store (hit) ->
+search the misses (reused / tuned) -> build with the store's best programs (fallback to TVM's
+default schedule where there is none) -> report.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tunecache.errors import ConfigError
+from tunecache.report import CompileReport, TaskReport
+from tunecache.store import Store, open_store
+
+__all__ = ["CompiledModel", "compile", "TUNE_MODES"]
+
+log = logging.getLogger("tunecache")
+
+#: auto: tune misses; never: only use the store (misses fall back); always: re-tune every task.
+TUNE_MODES = ("auto", "never", "always")
+DEFAULT_TRIALS_PER_TASK = 32
+
+
+class CompiledModel:
+    """A compiled model: call it like the original, read its report, export it.
+
+    Attributes
+    ----------
+    report
+        What happened to every task (:class:`~tunecache.report.CompileReport`).
+    executable
+        The TVM Relax executable.
+    target
+        The ``tvm.target.Target`` it was compiled for.
+    """
+
+    def __init__(self, executable: Any, imported: Any, target: Any, report: CompileReport) -> None:
+        self.executable = executable
+        self.imported = imported
+        self.target = target
+        self.report = report
+        self._vm: Any = None
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run the model: numpy arrays or torch tensors in, the same kind out."""
+        from tunecache import frontend
+
+        if self._vm is None:
+            self._vm = frontend.make_vm(self.executable)
+        return frontend.run(self._vm, self.imported, *inputs)
+
+    def export_library(self, path: str | os.PathLike[str]) -> Path:
+        """Write a deployable shared library that ``tvm.runtime.load_module`` loads back."""
+        from tunecache import frontend
+
+        return frontend.export_library(self.executable, path)
+
+    def __repr__(self) -> str:
+        return f"<CompiledModel {self.report.summary()}>"
+
+
+def compile(  # noqa: A001 - the product's verb
+    model: Any,
+    target: Any = None,
+    *,
+    example_inputs: Any = None,
+    store: "str | os.PathLike[str] | Store | None" = None,
+    tune: str = "auto",
+    trials_per_task: int = DEFAULT_TRIALS_PER_TASK,
+    time_budget_s: float | None = None,
+    seed: int | None = None,
+    work_dir: "str | os.PathLike[str] | None" = None,
+    progress: bool = True,
+) -> CompiledModel:
+    """Compile ``model`` for ``target`` with the store's tuned programs; tune what is missing.
+
+    Parameters
+    ----------
+    model
+        A ``torch.nn.Module`` (with ``example_inputs``), a ``torch.export.ExportedProgram``, an
+        ONNX ``ModelProto`` or ``.onnx`` path, or a Relax ``IRModule``.
+    target
+        ``None`` (this host's CPU), ``"llvm"``, ``"cuda"``, a TVM tag, a dict or a
+        ``tvm.target.Target``.
+    example_inputs
+        A tuple of example tensors (required for a ``torch.nn.Module``).
+    store
+        A store URL or path, a :class:`~tunecache.store.Store`, or ``None`` for the default
+        (``$TUNECACHE_DB`` or ``~/.cache/tunecache/tunecache.db``).
+    tune
+        ``"auto"``: tune misses; ``"never"``: use only the store, misses compile with TVM's
+        default schedules (reported as ``fallback``); ``"always"``: re-tune every task (the
+        store's records seed the search).
+    trials_per_task
+        Trial budget per missed task.
+    time_budget_s
+        Wall-clock budget for all tuning of this call.
+    seed
+        Search seed.
+    work_dir
+        Keep MetaSchedule's logs here (default: a temporary directory, deleted).
+    progress
+        Show a progress line on stderr while tuning.
+
+    Returns
+    -------
+    CompiledModel
+
+    Raises
+    ------
+    UnsupportedModelError, TargetError, StoreError, ConfigError
+
+    Examples
+    --------
+    >>> zm = tunecache.zoo.get("small_cnn")                                     # doctest: +SKIP
+    >>> cm = tunecache.compile(zm.module, example_inputs=zm.example_inputs)   # doctest: +SKIP
+    >>> print(cm.report.summary())                                              # doctest: +SKIP
+    5 tasks: 0 hit, 0 reused, 5 tuned (160 trials, 2m10s), 0 fallback
+    """
+    if tune not in TUNE_MODES:
+        raise ConfigError(f"tune={tune!r} is not one of {TUNE_MODES}")
+    if trials_per_task < 1:
+        raise ConfigError(f"trials_per_task must be >= 1, got {trials_per_task}")
+    if time_budget_s is not None and time_budget_s <= 0:
+        raise ConfigError(f"time_budget_s must be positive, got {time_budget_s}")
+    from tunecache import frontend
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    t0 = time.time()
+    imported = frontend.import_model(model, example_inputs)
+    tgt = resolve_target(target)
+    hw = hardware_key(tgt)
+    st = open_store(store)
+    mod = frontend.prepare_for_tuning(imported, tgt)
+    tasks = frontend.extract_tasks(mod, tgt)
+
+    # 1. look up the store
+    found = {t.key: st.best_k(t.key, hw, 1) for t in tasks}
+    misses = [t for t in tasks if tune == "always" or not found[t.key]]
+
+    # 2-3. plan reuse -> narrowed search -> full search, for the misses
+    searched: dict[Any, Any] = {}
+    tuning_s = 0.0
+    if misses and tune != "never":
+        searched, tuning_s = _search(misses, tgt, st, hw, trials_per_task, time_budget_s, seed, work_dir, progress)
+
+    # 4. build with the best programs the store now has
+    from tunecache.store.adapter import make_database
+
+    executable = frontend.build(mod, tgt, database=make_database(st, hw, tgt))
+
+    report = _report(tasks, found, searched, st, hw, tune)
+    report = replace(
+        report,
+        target=str(tgt),
+        hardware=hw.describe(),
+        seconds_total=time.time() - t0,
+        seconds_tuning=tuning_s,
+        budget={"trials_per_task": trials_per_task, "time_budget_s": time_budget_s, "tune": tune},
+    )
+    log.info(report.summary())
+    return CompiledModel(executable, imported, tgt, report)
+
+
+def _search(misses: list[Any], tgt: Any, st: Store, hw: Any, trials_per_task: int, time_budget_s: float | None,
+            seed: int | None, work_dir: Any, progress: bool) -> tuple[dict[Any, Any], float]:
+    from tunecache.progress import ProgressPrinter
+    from tunecache.search.ladder import MissTask, search_misses
+    from tunecache.tvm_layer.convert import describe_module
+
+    for t in misses:  # workloads first, with the best description we can make
+        desc = describe_module(t.mod, name=t.name)
+        if desc.family == "other" and t.desc.family != "other":
+            desc = replace(desc, family=t.desc.family)
+        from tunecache.tvm_layer.convert import workload_of
+
+        key, mod_json, _ = workload_of(t.mod)
+        st.commit_workload(key, desc, mod_json)
+    printer = ProgressPrinter(len(misses), trials_per_task * len(misses), time_budget_s) if progress else None
+    t1 = time.time()
+    try:
+        out = search_misses(
+            [MissTask(t.key, t.name, t.weight, t.mod) for t in misses],
+            tgt, st, hw,
+            trials_per_task=trials_per_task,
+            time_budget_s=time_budget_s,
+            seed=seed,
+            work_dir=work_dir,
+            progress=printer,
+        )
+    finally:
+        if printer is not None:
+            printer.close()
+    return out, time.time() - t1
+
+
+def _report(tasks: list[Any], found: dict[Any, Any], searched: dict[Any, Any], st: Store, hw: Any, tune: str) -> CompileReport:
+    rows = []
+    for t in tasks:
+        best = st.best_k(t.key, hw, 1)
+        latency = best[0].latency_s if best else None
+        common = dict(name=t.name, workload=str(t.key), family=t.desc.family, shapes=t.desc.shapes, weight=int(t.weight))
+        s = searched.get(t.key)
+        if s is not None and s.outcome != "fallback":
+            rows.append(TaskReport(**common, outcome=s.outcome, trials=s.trials, seconds=s.seconds,
+                                   latency_s=latency, source=s.source, note=s.note))
+        elif found[t.key] and tune != "always":
+            rec = found[t.key][0]
+            how = rec.provenance.kind + (f" from {rec.provenance.source_workload}" if rec.provenance.source_workload else "")
+            rows.append(TaskReport(**common, outcome="hit", latency_s=latency, note=f"stored record ({how})"))
+        elif best:
+            rows.append(TaskReport(**common, outcome="hit", trials=s.trials if s else 0, seconds=s.seconds if s else 0.0,
+                                   latency_s=latency, note="re-tune found nothing better; stored record used"))
+        else:
+            if s is not None:
+                note = s.note
+            elif tune == "never":
+                note = "not in store (tune='never'): " + st.explain_miss(t.key, hw).reason
+            else:
+                note = "not searched"
+            rows.append(TaskReport(**common, outcome="fallback", trials=s.trials if s else 0,
+                                   seconds=s.seconds if s else 0.0, note=note))
+    return CompileReport(tasks=tuple(rows))

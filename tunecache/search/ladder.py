@@ -1,0 +1,120 @@
+"""The search ladder for store misses: plan reuse -> narrowed search -> full search.
+
+:func:`search_misses` is the one entry point ``tunecache.compile`` and ``tunecache.warm`` use
+for tasks the store could not serve. Each rung commits what it measures to the store through
+the MetaSchedule adapter, so a crash loses at most the round in flight.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tunecache.store.adapter import make_database
+from tunecache.store.keys import HardwareKey, WorkloadKey
+from tunecache.store.store import Store
+
+__all__ = ["MissTask", "MissOutcome", "search_misses"]
+
+
+@dataclass(frozen=True)
+class MissTask:
+    """A task the store missed: its key, name, weight and TIR module (a TVM object)."""
+
+    key: WorkloadKey
+    name: str
+    weight: float
+    mod: Any
+
+
+@dataclass(frozen=True)
+class MissOutcome:
+    """What the ladder did for one task.
+
+    Attributes
+    ----------
+    outcome
+        ``reused`` or ``tuned`` when a valid program was committed, else ``fallback``.
+    trials, seconds
+        Measurements and wall time spent on the task.
+    source
+        For ``reused``: the workload whose program was the starting point.
+    note
+        Why a task fell back, or how it was searched.
+    """
+
+    outcome: str
+    trials: int
+    seconds: float
+    source: str | None = None
+    note: str = ""
+
+
+def search_misses(
+    tasks: Sequence[MissTask],
+    target: Any,
+    store: Store,
+    hardware: HardwareKey,
+    *,
+    trials_per_task: int,
+    time_budget_s: float | None = None,
+    seed: int | None = None,
+    work_dir: str | Path | None = None,
+    progress: Callable[[Any], None] | None = None,
+) -> dict[WorkloadKey, MissOutcome]:
+    """Search programs for store misses and commit them; return an outcome per task key.
+
+    Parameters
+    ----------
+    tasks
+        The missed tasks (distinct keys).
+    target, hardware
+        The TVM target and the hardware key records are committed under.
+    store
+        Where measurements are committed (every candidate, failures included).
+    trials_per_task
+        Trial budget of a full search per task.
+    time_budget_s
+        Wall-clock budget for all tasks together.
+    seed
+        Search seed (``None``: random).
+    work_dir
+        MetaSchedule's logs and artifacts; a temporary directory (deleted after) by default.
+    progress
+        Receives :class:`tunecache.search.full.SearchProgress` events.
+    """
+    from tunecache.search.full import FullSearchTask, tune_tasks
+
+    if not tasks:
+        return {}
+    own_dir = work_dir is None
+    wd = Path(tempfile.mkdtemp(prefix="tunecache-")) if own_dir else Path(work_dir)  # type: ignore[arg-type]
+    db = make_database(store, hardware, target, names={t.key.shash: t.name for t in tasks})
+    start = time.time()
+    try:
+        results = tune_tasks(
+            [FullSearchTask(t.name, t.mod, float(t.weight)) for t in tasks],
+            target,
+            db,
+            trials_per_task=trials_per_task,
+            time_budget_s=time_budget_s,
+            seed=seed,
+            work_dir=str(wd),
+            progress=progress,
+        )
+    finally:
+        if own_dir:
+            shutil.rmtree(wd, ignore_errors=True)
+    del start
+    out: dict[WorkloadKey, MissOutcome] = {}
+    for t, r in zip(tasks, results):
+        if r.valid_trials > 0:
+            out[t.key] = MissOutcome("tuned", r.trials, r.seconds, note="full search")
+        else:
+            why = "no candidate built and ran" if r.trials else "the budget ran out before this task was measured"
+            out[t.key] = MissOutcome("fallback", r.trials, r.seconds, note=why)
+    return out
