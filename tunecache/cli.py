@@ -198,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from tunecache.cli_compile import setup_logging
+
+        setup_logging()
         return int(a.fn(a) or 0)
     except TunecacheError as err:
         print(f"tunecache: error: {err}", file=sys.stderr)

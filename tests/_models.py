@@ -1,0 +1,38 @@
+"""Small models shared by tests (built by hand, no downloads)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def onnx_cnn(batch: int | str = 1, extra_node: str | None = None):
+    """Conv(3->8, 3x3, pad 1) + Relu + Flatten + Gemm(512->10), built by hand with onnx.helper."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "W": rng.standard_normal((8, 3, 3, 3)).astype("float32") * 0.3,
+        "B": rng.standard_normal(8).astype("float32"),
+        "G": rng.standard_normal((10, 8 * 8 * 8)).astype("float32") * 0.05,
+        "GB": rng.standard_normal(10).astype("float32"),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"], axis=1),
+        helper.make_node("Gemm", ["f", "G", "GB"], ["y"], transB=1),
+    ]
+    out = "y"
+    if extra_node is not None:
+        nodes.append(helper.make_node(extra_node, ["y"], ["z"]))
+        out = "z"
+    graph = helper.make_graph(
+        nodes,
+        "small_onnx_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, 10])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+

@@ -1,0 +1,196 @@
+"""tunecache.compile end to end: real tuning (a handful of trials), real SQLite store, real runs.
+
+A small CNN compiled twice against a fresh store tunes the first time and is all hits the
+second (in a new process), with identical outputs; the same through ONNX and a Relax IRModule;
+``tune="never"``; hardware isolation; bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tunecache
+from tunecache import zoo
+from tunecache.errors import ConfigError, TargetError, UnsupportedModelError
+from tunecache.store import open_store
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.tvm
+
+TRIALS = 4
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return zoo.get("small_cnn")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, cnn):
+    """The small CNN compiled once against a fresh SQLite store."""
+    db = tmp_path_factory.mktemp("store") / "tc.db"
+    cm = tunecache.compile(cnn.module, example_inputs=cnn.example_inputs, store=str(db),
+                           trials_per_task=TRIALS, seed=7, progress=False)
+    return db, cm
+
+
+def test_first_compile_tunes_and_matches_pytorch(tuned, cnn) -> None:
+    _db, cm = tuned
+    rep = cm.report
+    assert rep.count("tuned") >= 1 and rep.trials > 0
+    assert rep.count("hit") == 0
+    for t in rep.tasks:
+        assert t.outcome in ("tuned", "fallback")
+        if t.outcome == "tuned":
+            assert 0 < t.trials <= TRIALS and t.latency_s is not None and t.latency_s > 0
+    out = cm(*cnn.example_inputs)
+    assert isinstance(out, torch.Tensor)
+    with torch.no_grad():
+        ref = cnn.module(*cnn.example_inputs)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+    js = json.loads(rep.to_json())
+    for t in js["tasks"]:
+        assert {"name", "outcome", "trials", "seconds", "latency_s"} <= set(t)
+    assert rep.summary().startswith(f"{len(rep.tasks)} tasks: 0 hit")
+
+
+def test_second_compile_in_a_new_process_is_all_hits(tuned, cnn, tmp_path) -> None:
+    db, cm = tuned
+    x = cnn.example_inputs[0]
+    first = cm(x).numpy()
+    script = textwrap.dedent(
+        f"""
+        import json, sys, numpy as np, tunecache
+        from tunecache import zoo
+        cnn = zoo.get("small_cnn")
+        cm = tunecache.compile(cnn.module, example_inputs=cnn.example_inputs, store={str(db)!r},
+                               trials_per_task={TRIALS}, progress=False)
+        np.save({str(tmp_path / "out.npy")!r}, cm(*cnn.example_inputs).numpy())
+        print(cm.report.to_json())
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads(proc.stdout[proc.stdout.index("{"):])
+    tuned_tasks = {t.name for t in cm.report.tasks if t.outcome == "tuned"}
+    assert rep["trials"] == 0
+    for t in rep["tasks"]:
+        assert t["trials"] == 0
+        if t["name"] in tuned_tasks:
+            assert t["outcome"] == "hit", t
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), first)
+
+
+def test_never_with_an_empty_store_falls_back_and_runs(tmp_path, cnn) -> None:
+    cm = tunecache.compile(cnn.module, example_inputs=cnn.example_inputs, store=str(tmp_path / "empty.db"),
+                           tune="never", progress=False)
+    assert all(t.outcome == "fallback" and t.trials == 0 for t in cm.report.tasks)
+    assert all("not in store" in t.note for t in cm.report.tasks)
+    with torch.no_grad():
+        ref = cnn.module(*cnn.example_inputs)
+    np.testing.assert_allclose(cm(*cnn.example_inputs).numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+    assert open_store(str(tmp_path / "empty.db")).count_records() == 0
+
+
+def test_store_of_one_hardware_gives_no_hits_for_another(tuned, cnn) -> None:
+    db, _cm = tuned
+    other = {"kind": "llvm", "num-cores": 2, "mcpu": "skylake"}
+    cm = tunecache.compile(cnn.module, other, example_inputs=cnn.example_inputs, store=str(db),
+                           tune="never", progress=False)
+    assert cm.report.count("hit") == 0
+    assert any("target.mcpu" in t.note for t in cm.report.tasks)
+
+
+def test_onnx_model_tunes_then_hits(tmp_path) -> None:
+    from _models import onnx_cnn
+
+    model = onnx_cnn()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    db = str(tmp_path / "onnx.db")
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype("float32")
+    first = tunecache.compile(model, store=db, trials_per_task=TRIALS, seed=3, progress=False)
+    assert first.report.trials > 0
+    from onnx.reference import ReferenceEvaluator
+
+    ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(first(x), ref, rtol=1e-4, atol=1e-4)
+    second = tunecache.compile(str(path), store=db, trials_per_task=TRIALS, progress=False)
+    assert second.report.trials == 0
+    assert second.report.count("hit") == first.report.count("tuned")
+    np.testing.assert_array_equal(second(x), first(x))
+
+
+def test_relax_module_tunes_then_hits(tmp_path) -> None:
+    from tunecache.tvm_layer import load_tvm
+
+    tvm = load_tvm()
+    from tvm import relax
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor((16, 32), "float32"), w: R.Tensor((32, 24), "float32")) -> R.Tensor((16, 24), "float32"):
+            with R.dataflow():
+                y = R.nn.relu(R.matmul(x, w))
+                R.output(y)
+            return y
+
+    del relax
+    db = str(tmp_path / "relax.db")
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((16, 32)).astype("float32"), rng.standard_normal((32, 24)).astype("float32")
+    first = tunecache.compile(Mod, store=db, trials_per_task=TRIALS, seed=5, progress=False)
+    assert first.report.count("tuned") >= 1
+    np.testing.assert_allclose(first(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+    second = tunecache.compile(Mod, store=db, progress=False)
+    assert second.report.trials == 0 and second.report.count("hit") == first.report.count("tuned")
+    np.testing.assert_array_equal(second(x, w), first(x, w))
+
+
+def test_export_library_loads_back(tuned, cnn, tmp_path) -> None:
+    _db, cm = tuned
+    path = cm.export_library(tmp_path / "m.so")
+    from tunecache import frontend
+
+    lib = frontend.load_library(path)
+    out = frontend.run(lib, cm.imported, *cnn.example_inputs)
+    np.testing.assert_array_equal(out.numpy(), cm(*cnn.example_inputs).numpy())
+
+
+def test_bad_input_gives_clear_errors(tmp_path, cnn) -> None:
+    from _models import onnx_cnn
+
+    with pytest.raises(UnsupportedModelError, match="example_inputs"):
+        tunecache.compile(cnn.module, store="memory", tune="never")
+    with pytest.raises(UnsupportedModelError, match="FooBarOp"):
+        tunecache.compile(onnx_cnn(extra_node="FooBarOp"), store="memory", tune="never")
+    with pytest.raises(UnsupportedModelError, match="accepted|Accepted|accepts"):
+        tunecache.compile(object(), store="memory")
+    with pytest.raises(TargetError, match="unknown target"):
+        tunecache.compile(cnn.module, "tpu-v9000", example_inputs=cnn.example_inputs, store="memory")
+    with pytest.raises(ConfigError, match="tune="):
+        tunecache.compile(cnn.module, example_inputs=cnn.example_inputs, tune="sometimes")
+
+
+def test_cli_compile_never_prints_report(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tunecache.cli", "compile", "small_cnn", "--db", str(tmp_path / "c.db"),
+         "--tune", "never", "--json", "-o", str(tmp_path / "m.so")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rep = json.loads(proc.stdout)
+    assert rep["counts"]["fallback"] == len(rep["tasks"]) > 0
+    assert Path(tmp_path / "m.so").stat().st_size > 0
+    bad = subprocess.run([sys.executable, "-m", "tunecache.cli", "compile", "nosuchmodel", "--db", "memory"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "small_cnn" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,150 @@
+"""CLI commands of the compile layer: ``compile``, ``zoo list``, ``plan``, ``warm``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from tunecache.errors import UnsupportedModelError
+
+__all__ = ["register", "load_model_spec"]
+
+
+def load_model_spec(spec: str) -> tuple[Any, Any, str]:
+    """Resolve a CLI model argument to ``(model, example_inputs, name)``.
+
+    ``spec`` is a zoo name (``resnet18``, ``bert_base:seq_len=64``), an ``.onnx`` path, or
+    ``path/to/file.py:factory`` where ``factory()`` returns ``(module, example_inputs)``, a
+    ``ZooModel``, or any model ``tunecache.compile`` accepts.
+    """
+    from tunecache import zoo
+
+    if spec.endswith(".onnx"):
+        if not Path(spec).is_file():
+            raise UnsupportedModelError(f"ONNX file {spec} does not exist")
+        return spec, None, Path(spec).stem
+    if ".py:" in spec:
+        path, factory = spec.rsplit(":", 1)
+        if not Path(path).is_file():
+            raise UnsupportedModelError(f"Python file {path} does not exist")
+        mspec = importlib.util.spec_from_file_location(Path(path).stem, path)
+        if mspec is None or mspec.loader is None:
+            raise UnsupportedModelError(f"cannot load {path} as a Python module")
+        module = importlib.util.module_from_spec(mspec)
+        mspec.loader.exec_module(module)
+        fn = getattr(module, factory, None)
+        if fn is None or not callable(fn):
+            raise UnsupportedModelError(f"{path} has no callable {factory!r}")
+        got = fn()
+        if isinstance(got, zoo.ZooModel):
+            return got.module, got.example_inputs, got.name
+        if isinstance(got, tuple) and len(got) == 2:
+            return got[0], got[1], factory
+        return got, None, factory
+    name, _, rest = spec.partition(":")
+    params: dict[str, Any] = {}
+    for kv in filter(None, rest.split(",")):
+        k, _, v = kv.partition("=")
+        try:
+            params[k] = int(v)
+        except ValueError:
+            try:
+                params[k] = float(v)
+            except ValueError:
+                params[k] = v
+    zm = zoo.get(name, **params)
+    return zm.module, zm.example_inputs, zm.name
+
+
+def _cmd_compile(a: argparse.Namespace) -> int:
+    import tunecache
+
+    model, inputs, name = load_model_spec(a.model)
+    cm = tunecache.compile(
+        model,
+        a.target,
+        example_inputs=inputs,
+        store=a.db,
+        tune=a.tune,
+        trials_per_task=a.trials_per_task,
+        time_budget_s=a.time_budget,
+        seed=a.seed,
+        progress=not a.quiet,
+    )
+    if a.json:
+        print(cm.report.to_json())
+    else:
+        print(f"{name} on {cm.target}")
+        print(cm.report)
+    if a.output:
+        path = cm.export_library(a.output)
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _cmd_zoo_list(a: argparse.Namespace) -> int:
+    from tunecache import zoo
+
+    rows = []
+    for n in zoo.names():
+        row: dict[str, Any] = {"name": n, "description": zoo.describe(n)}
+        if a.tasks:
+            from tunecache import frontend
+
+            zm = zoo.get(n)
+            mod = frontend.prepare_for_tuning(frontend.import_model(zm.module, zm.example_inputs), a.target)
+            tasks = frontend.extract_tasks(mod, a.target)
+            row["tasks"] = len(tasks)
+            row["calls"] = sum(t.weight for t in tasks)
+        rows.append(row)
+    if a.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        extra = f"  {r['tasks']:3d} tasks ({r['calls']} calls)" if a.tasks else ""
+        print(f"{r['name']:14s}{extra}  {r['description']}")
+    return 0
+
+
+def register(sub: Any, add_db: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add the compile-layer commands to the ``tunecache`` parser."""
+    p = sub.add_parser("compile", help="compile a model with cached programs, tuning misses")
+    p.add_argument("model", help="zoo name (e.g. resnet18, bert_base:seq_len=64), model.onnx, or file.py:factory")
+    p.add_argument("--target", default=None, help="llvm (host CPU, default), cuda, a TVM tag, or JSON")
+    add_db(p)
+    p.add_argument("--tune", choices=("auto", "never", "always"), default="auto")
+    p.add_argument("--trials-per-task", type=int, default=32, metavar="N")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("-o", "--output", help="write a deployable shared library (.so)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.set_defaults(fn=_cmd_compile)
+
+    z = sub.add_parser("zoo", help="the built-in model zoo")
+    zs = z.add_subparsers(dest="zoocmd", metavar="SUBCOMMAND", required=True)
+    p = zs.add_parser("list", help="list zoo models (with --tasks: their task counts)")
+    p.add_argument("--tasks", action="store_true", help="import each model and count its tasks (slower)")
+    p.add_argument("--target", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_zoo_list)
+
+    try:
+        from tunecache import cli_plan
+    except ImportError:
+        return
+    cli_plan.register(sub, add_db)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Send tunecache's log to stderr (the summary line at INFO)."""
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("tunecache: %(message)s"))
+    lg = logging.getLogger("tunecache")
+    lg.addHandler(h)
+    lg.setLevel(logging.DEBUG if verbose else logging.INFO)
