@@ -1,0 +1,232 @@
+"""Real TVM tests of the measurement pipeline and full search on a tiny matmul.
+
+Slow parts (worker start-up, one short search) are shared through module-scoped fixtures so
+the file stays well under a minute and a half on a 2-core machine. No timing asserts.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tunecache.errors import ConfigError
+from tunecache.search import (
+    FullSearchTask,
+    SearchProgress,
+    TaskResult,
+    make_builder,
+    make_runner,
+    search_sizing,
+    tune_tasks,
+)
+from tunecache.tvm_layer import load_tvm
+
+N = 64
+TRIALS = 12
+
+
+def _matmul(n: int = N) -> Any:
+    tvm = load_tvm("llvm")
+    from tvm import te
+
+    a = te.placeholder((n, n), name="A", dtype="float32")
+    b = te.placeholder((n, n), name="B", dtype="float32")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+def _unbuildable(mod: Any) -> Any:
+    """The matmul with a loop bound to a GPU thread: the LLVM CPU backend refuses it."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod)
+    i, _, _ = sch.get_loops(sch.get_sblock("C"))
+    sch.bind(i, "threadIdx.x")
+    return sch.mod
+
+
+@pytest.fixture(scope="module")
+def target() -> Any:
+    tvm = load_tvm("llvm")
+    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    return tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": cpu})
+
+
+@pytest.fixture(scope="module")
+def builder(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    b = make_builder(max_workers=2, artifact_dir=tmp_path_factory.mktemp("artifacts"))
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def runner() -> Any:
+    return make_runner()
+
+
+@pytest.fixture(scope="module")
+def search(
+    target: Any, builder: Any, runner: Any, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """One short full search on the matmul, shared by the tests below."""
+    from tvm.s_tir import meta_schedule as ms
+
+    db = ms.database.MemoryDatabase()
+    events: list[SearchProgress] = []
+    mod = _matmul()
+    results = tune_tasks(
+        [FullSearchTask("matmul64", mod)],
+        target,
+        db,
+        trials_per_task=TRIALS,
+        seed=7,
+        work_dir=tmp_path_factory.mktemp("work"),
+        progress=events.append,
+        builder=builder,
+        runner=runner,
+    )
+    return {"db": db, "results": results, "events": events, "mod": mod}
+
+
+def _median_latency(mod: Any, target: Any) -> float:
+    import numpy as np
+
+    tvm = load_tvm("llvm")
+    rt = tvm.tirx.build(mod, target)
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(np.random.rand(N, N).astype("float32"), dev) for _ in range(2)]
+    args.append(tvm.runtime.tensor(np.zeros((N, N), "float32"), dev))
+    timer = rt.time_evaluator(rt.entry_name, dev, number=20, repeat=5)
+    return float(statistics.median(timer(*args).results))
+
+
+@pytest.mark.tvm
+def test_builder_returns_failures_as_data(target: Any, builder: Any) -> None:
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    mod = _matmul()
+    results = builder.build([BuilderInput(mod, target), BuilderInput(_unbuildable(mod), target)])
+    assert len(results) == 2
+    good, bad = results
+    assert good.error_msg is None and Path(good.artifact_path).is_file()
+    assert bad.artifact_path is None
+    assert "build failed" in bad.error_msg
+
+
+@pytest.mark.tvm
+def test_in_process_builder_and_runner_measure_a_candidate(
+    target: Any, runner: Any, tmp_path: Path
+) -> None:
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    mod = _matmul()
+    here = make_builder(max_workers=0, artifact_dir=tmp_path)
+    good, bad = here.build([BuilderInput(mod, target), BuilderInput(_unbuildable(mod), target)])
+    assert good.error_msg is None
+    assert bad.artifact_path is None and "not implemented" in bad.error_msg
+    [future] = runner.run(
+        [RunnerInput(good.artifact_path, "cpu", ArgInfo.from_prim_func(mod["main"]))]
+    )
+    result = future.result()
+    assert result.error_msg is None
+    assert len(result.run_secs) == 1 and 0 < float(result.run_secs[0]) < 1.0
+
+
+@pytest.mark.tvm
+def test_every_record_is_valid_and_in_the_database(search: dict[str, Any]) -> None:
+    [result] = search["results"]
+    assert isinstance(result, TaskResult)
+    assert result.name == "matmul64"
+    assert result.trials == TRIALS
+    assert result.valid_trials == TRIALS
+    assert result.best_latency_s is not None and result.best_latency_s > 0
+    assert result.seconds > 0
+
+    db = search["db"]
+    records = db.get_all_tuning_records()
+    assert len(records) == TRIALS
+    secs = [float(r.run_secs[0]) for r in records]
+    assert all(0 < s < 1.0 for s in secs), secs  # failures would be stored as 1e10
+    assert min(secs) == pytest.approx(result.best_latency_s)
+    workload = db.commit_workload(search["mod"])
+    assert len(db.get_top_k(workload, TRIALS)) == TRIALS
+
+
+@pytest.mark.tvm
+def test_progress_events_count_up_to_the_budget(search: dict[str, Any]) -> None:
+    events = search["events"]
+    assert events, "one event per measured round"
+    assert all(e.task_name == "matmul64" and e.max_trials == TRIALS for e in events)
+    assert [e.total_trials for e in events] == sorted(e.total_trials for e in events)
+    assert events[-1].task_trials == TRIALS
+    assert len(events) >= 2  # the search is sized to at least two rounds
+
+
+@pytest.mark.tvm
+def test_tuned_beats_untuned(search: dict[str, Any], target: Any) -> None:
+    from tvm.s_tir import Schedule
+
+    mod = search["mod"]
+    db = search["db"]
+    [best] = db.get_top_k(db.commit_workload(mod), 1)
+    sch = Schedule(mod)
+    best.trace.apply_to_schedule(sch, remove_postproc=False)
+    assert _median_latency(sch.mod, target) < _median_latency(mod, target)
+
+
+@pytest.mark.tvm
+def test_time_budget_stops_new_rounds(
+    target: Any, builder: Any, runner: Any, tmp_path: Path
+) -> None:
+    from tvm.s_tir import meta_schedule as ms
+
+    db = ms.database.MemoryDatabase()
+    [result] = tune_tasks(
+        [FullSearchTask("matmul64", _matmul())],
+        target,
+        db,
+        trials_per_task=64,
+        time_budget_s=1e-3,
+        seed=3,
+        work_dir=tmp_path,
+        builder=builder,
+        runner=runner,
+    )
+    # The first round (up to 32 candidates; the search may find fewer distinct ones) finishes
+    # and is committed; no second round starts.
+    assert 0 < result.trials <= search_sizing(64).num_trials_per_iter
+    assert len(db.get_all_tuning_records()) == result.trials
+
+
+def test_search_sizing_small_budget() -> None:
+    small = search_sizing(64)
+    assert (small.population_size, small.init_min_unmeasured, small.genetic_num_iters) == (
+        64,
+        16,
+        2,
+    )
+    for trials in (1, 5, 16, 64, 100, 256, 2000):
+        per_iter = search_sizing(trials).num_trials_per_iter
+        assert 1 <= per_iter <= min(64, trials)
+
+
+def test_tune_tasks_rejects_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="at least one task"):
+        tune_tasks([], None, None, trials_per_task=4, work_dir=tmp_path)
+    dup = [FullSearchTask("a", None), FullSearchTask("a", None)]
+    with pytest.raises(ConfigError, match="unique"):
+        tune_tasks(dup, None, None, trials_per_task=4, work_dir=tmp_path)
+    with pytest.raises(ConfigError, match="weights"):
+        tune_tasks(
+            [FullSearchTask("a", None, 0.0)], None, None, trials_per_task=4, work_dir=tmp_path
+        )
+    with pytest.raises(ConfigError, match="trials_per_task"):
+        tune_tasks([FullSearchTask("a", None)], None, None, trials_per_task=0, work_dir=tmp_path)
+    with pytest.raises(ConfigError, match="max_workers"):
+        make_builder(max_workers=-1)

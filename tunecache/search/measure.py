@@ -1,0 +1,336 @@
+"""Build and measure MetaSchedule candidates without paying TVM's start-up cost per batch.
+
+Stock ``LocalBuilder`` starts a fresh process pool on every ``build()`` call, and every worker
+imports TVM plus all tensor intrinsics (~33 s here), so on this kind of machine every build times
+out and tuning stores nothing (see ``shared/TVM_NOTES.md``). This module provides:
+
+- :func:`make_builder`: a MetaSchedule ``Builder`` whose worker processes start once, call
+  :func:`tunecache.tvm_layer.load_tvm` once (only the target's intrinsics, ~3 s) and then build
+  candidate after candidate in parallel. ``max_workers=0`` builds in the calling process.
+  A candidate that fails to build (or times out, or kills its worker) comes back as
+  ``BuilderResult(None, error_msg)``; ``build()`` never raises for one candidate.
+- :func:`make_runner`: a ``LocalRunner`` with a short, steady evaluator configuration
+  (``number=3, repeat=1, min_repeat_ms=0``). Its single worker process is started once and kept
+  (LocalRunner reuses it across calls); it imports TVM but not the tensor intrinsics, which only
+  ``TuneContext`` and ``LocalBuilder``'s default build function import.
+
+Nothing here imports TVM at module import time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunecache.errors import ConfigError, TuningError
+from tunecache.tvm_layer import load_tvm
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from tvm.s_tir.meta_schedule.builder import Builder, BuilderInput, BuilderResult
+    from tvm.s_tir.meta_schedule.runner import Runner
+
+__all__ = [
+    "DEFAULT_BUILD_TIMEOUT_S",
+    "DEFAULT_RUN_TIMEOUT_S",
+    "default_build_workers",
+    "make_builder",
+    "make_runner",
+]
+
+#: Seconds one candidate may take to compile in a warm worker (a matmul takes 0.05-0.3 s).
+DEFAULT_BUILD_TIMEOUT_S = 60.0
+#: Seconds one candidate may take to load, fill its inputs and run ``1 + number*repeat`` times.
+DEFAULT_RUN_TIMEOUT_S = 30.0
+
+_ARTIFACT_NAME = "tvm_tmp_mod.tar"
+_BUILDER_CLASS: Any = None
+_BUILDER_CLASS_LOCK = threading.Lock()
+
+
+def default_build_workers() -> int:
+    """Return the default number of build worker processes: one per logical CPU (at least 1)."""
+    return max(1, os.cpu_count() or 1)
+
+
+def _worker_bootstrap_code(target_kind: str) -> str:
+    """Python source run once in each build worker: make tunecache importable, load TVM.
+
+    The popen worker is a fresh interpreter that does not inherit ``sys.path`` (tunecache may be
+    used from a checkout that is not installed), so the path of this checkout is passed in.
+    """
+    root = str(Path(__file__).resolve().parents[2])
+    return (
+        "import sys\n"
+        f"if {root!r} not in sys.path:\n"
+        f"    sys.path.insert(0, {root!r})\n"
+        "from tunecache.tvm_layer import load_tvm\n"
+        f"load_tvm({target_kind!r})\n"
+    )
+
+
+def _build_and_export(mod: Any, target: Any, artifact_root: str | None) -> str:
+    """Compile one candidate and export it as a tar for ``LocalRunner``; return its path.
+
+    Runs in a build worker (or in-process). Mirrors MetaSchedule's ``default_build`` and
+    ``default_export``: each artifact gets its own directory because the
+    ``RemoveBuildArtifact`` measure callback deletes the artifact's whole directory.
+    """
+    tvm = load_tvm(str(target.kind.name))
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tvm.support.tar import tar
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    rt_mod = tvm.tirx.build(mod, target)
+    if artifact_root is not None:
+        os.makedirs(artifact_root, exist_ok=True)
+    out_dir = tempfile.mkdtemp(prefix="tc-build-", dir=artifact_root)
+    path = os.path.join(out_dir, _ARTIFACT_NAME)
+    try:
+        rt_mod.export_library(path, fcompile=tar)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    return path
+
+
+def _build_packed(args: tuple[Any, Any, str | None]) -> str:
+    """``_build_and_export`` taking one tuple (the pool's ``map`` passes one argument)."""
+    return _build_and_export(*args)
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _builder_class() -> Any:
+    """Define the ``PyBuilder`` subclass on first use (``derived_object`` needs TVM loaded)."""
+    global _BUILDER_CLASS
+    with _BUILDER_CLASS_LOCK:
+        if _BUILDER_CLASS is not None:
+            return _BUILDER_CLASS
+        load_tvm()
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+        from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+        @derived_object
+        class WarmBuilder(PyBuilder):
+            """Builds candidates in long-lived processes that imported TVM once.
+
+            Use :func:`make_builder` to create one. ``close()`` stops the worker processes
+            (they also stop when the builder is garbage-collected).
+            """
+
+            def __init__(
+                self,
+                max_workers: int,
+                timeout_s: float,
+                artifact_dir: str | None,
+            ) -> None:
+                super().__init__()
+                self.max_workers = max_workers
+                self.timeout_s = timeout_s
+                self.artifact_dir = artifact_dir
+                self._pool: Any = None
+                self._pool_kind: str | None = None
+                self._lock = threading.Lock()
+
+            # -- the MetaSchedule protocol ------------------------------------------------
+            def build(self, build_inputs: Sequence[BuilderInput]) -> list[BuilderResult]:
+                if not build_inputs:
+                    return []
+                if self.max_workers == 0:
+                    return [self._build_here(inp) for inp in build_inputs]
+                return self._build_in_pool(build_inputs)
+
+            # -- helpers ------------------------------------------------------------------
+            def _build_here(self, inp: BuilderInput) -> BuilderResult:
+                try:
+                    return BuilderResult(
+                        _build_and_export(inp.mod, inp.target, self.artifact_dir), None
+                    )
+                except Exception as err:  # noqa: BLE001 - one candidate's failure is data
+                    return BuilderResult(None, f"tunecache builder: build failed: {_describe(err)}")
+
+            def _get_pool(self, target_kind: str) -> Any:
+                with self._lock:
+                    if self._pool is not None and self._pool_kind != target_kind:
+                        self._pool.shutdown(wait=True)
+                        self._pool = None
+                    if self._pool is None:
+                        self._pool = PopenPoolExecutor(
+                            max_workers=self.max_workers,
+                            timeout=self.timeout_s,
+                            initializer=exec,
+                            initargs=(_worker_bootstrap_code(target_kind),),
+                        )
+                        self._pool_kind = target_kind
+                    return self._pool
+
+            def _build_in_pool(self, build_inputs: Sequence[BuilderInput]) -> list[BuilderResult]:
+                kind = str(build_inputs[0].target.kind.name)
+                pool = self._get_pool(kind)
+                args = [(inp.mod, inp.target, self.artifact_dir) for inp in build_inputs]
+                results: list[BuilderResult] = []
+                for outcome in pool.map_with_error_catching(_build_packed, args):
+                    if outcome.status == StatusKind.COMPLETE:
+                        results.append(BuilderResult(str(outcome.value), None))
+                    elif outcome.status == StatusKind.TIMEOUT:
+                        results.append(
+                            BuilderResult(
+                                None,
+                                f"tunecache builder: timeout, killed after {self.timeout_s} s "
+                                "(raise timeout_s in make_builder if candidates are this slow)",
+                            )
+                        )
+                    else:
+                        results.append(
+                            BuilderResult(
+                                None,
+                                "tunecache builder: build failed: " + _describe(outcome.value),
+                            )
+                        )
+                return results
+
+            def warm_up(self, target_kind: str = "llvm") -> None:
+                """Start the worker processes now, in the background (returns at once)."""
+                if self.max_workers == 0:
+                    return
+                pool = self._get_pool(target_kind)
+                for _ in range(self.max_workers):
+                    pool.submit(int)  # a no-op that makes each pool thread start its worker
+
+            def close(self) -> None:
+                """Stop the worker processes (a later ``build()`` starts new ones)."""
+                with self._lock:
+                    if self._pool is not None:
+                        self._pool.shutdown(wait=True)
+                        self._pool = None
+
+        _BUILDER_CLASS = WarmBuilder
+        return _BUILDER_CLASS
+
+
+def make_builder(
+    *,
+    max_workers: int | None = None,
+    timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
+    artifact_dir: str | os.PathLike[str] | None = None,
+    warm_up_for: str | None = "llvm",
+) -> Builder:
+    """Create a MetaSchedule builder that builds in processes which imported TVM once.
+
+    Parameters
+    ----------
+    max_workers
+        Number of build worker processes; default :func:`default_build_workers`. ``0`` builds
+        in the calling process (no parallelism, no timeout, and a crash in LLVM takes the caller
+        down; useful for debugging).
+    timeout_s
+        Seconds one candidate may take to compile before its worker is killed and the candidate
+        is reported as failed. The workers' one-time start (~3 s) does not count.
+    artifact_dir
+        Directory under which each built candidate gets its own sub-directory; default the
+        system temporary directory. MetaSchedule's default ``RemoveBuildArtifact`` callback
+        deletes each sub-directory once the candidate is measured.
+    warm_up_for
+        Target kind whose workers to start right away, in the background, so their start-up
+        (~3 s each) overlaps with the runner's and the search's set-up; ``None`` starts them at
+        the first ``build()``. Workers started for another kind are replaced on first use.
+
+    Returns
+    -------
+    Builder
+        A ``tvm.s_tir.meta_schedule.builder.Builder``. Its ``build(inputs)`` returns one
+        ``BuilderResult`` per input: ``(artifact_path, None)`` or ``(None, error_msg)``; it only
+        raises for infrastructure failures. ``builder.close()`` stops the workers.
+
+    Raises
+    ------
+    ConfigError
+        If ``max_workers`` is negative or ``timeout_s`` is not positive.
+
+    Examples
+    --------
+    >>> builder = make_builder(max_workers=2)            # doctest: +SKIP
+    >>> results = builder.build([BuilderInput(mod, target)])  # doctest: +SKIP
+    >>> results[0].error_msg is None                       # doctest: +SKIP
+    True
+    """
+    workers = default_build_workers() if max_workers is None else int(max_workers)
+    if workers < 0:
+        raise ConfigError(f"max_workers must be >= 0 (0 builds in-process), got {max_workers!r}")
+    if not timeout_s > 0:
+        raise ConfigError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    cls = _builder_class()
+    root = None if artifact_dir is None else str(Path(artifact_dir).resolve())
+    builder: Builder = cls(workers, float(timeout_s), root)
+    if warm_up_for is not None:
+        builder.warm_up(warm_up_for)
+    return builder
+
+
+def make_runner(
+    *,
+    timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
+    number: int = 3,
+    repeat: int = 1,
+    min_repeat_ms: int = 0,
+    enable_cpu_cache_flush: bool = False,
+) -> Runner:
+    """Create MetaSchedule's ``LocalRunner`` with a short, steady evaluator configuration.
+
+    Parameters
+    ----------
+    timeout_s
+        Seconds one candidate may take to load and run before it counts as failed.
+    number, repeat, min_repeat_ms, enable_cpu_cache_flush
+        ``EvaluatorConfig`` fields. The defaults (3 runs averaged, one repeat, no minimum
+        duration) cost ~0.05 s per candidate here and were less noisy on a 2-core machine than
+        MetaSchedule's default ``min_repeat_ms=100`` (0.2 s per candidate).
+
+    Returns
+    -------
+    Runner
+        A ``LocalRunner``. It starts its one worker process now (~2.5 s, an ``import tvm``
+        without tensor intrinsics) and reuses it for every later ``run()``. Candidates that fail
+        to run come back as ``RunnerResult(None, error_msg)``.
+
+    Raises
+    ------
+    ConfigError
+        If a count or timeout is out of range.
+    TuningError
+        If the runner's worker process cannot be started.
+    """
+    if not timeout_s > 0:
+        raise ConfigError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if number < 1 or repeat < 1 or min_repeat_ms < 0:
+        raise ConfigError(
+            "evaluator settings must satisfy number >= 1, repeat >= 1, min_repeat_ms >= 0; "
+            f"got number={number!r}, repeat={repeat!r}, min_repeat_ms={min_repeat_ms!r}"
+        )
+    load_tvm()
+    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
+
+    config = EvaluatorConfig(
+        number=number,
+        repeat=repeat,
+        min_repeat_ms=min_repeat_ms,
+        enable_cpu_cache_flush=enable_cpu_cache_flush,
+    )
+    try:
+        runner: Runner = LocalRunner(timeout_sec=float(timeout_s), evaluator_config=config)
+    except Exception as err:  # its worker process failed to start or to import TVM
+        raise TuningError(
+            f"could not start MetaSchedule's LocalRunner worker process: {err}. Check that "
+            f"`{sys.executable} -m tvm.exec.popen_worker` can start (TVM installed, memory free)"
+        ) from err
+    return runner
