@@ -120,6 +120,15 @@ def _cmd_db_gc(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_db_check(a: argparse.Namespace) -> int:
+    from tunecache.store import open_store
+    from tunecache.store.integrity import check_store
+
+    rep = check_store(open_store(a.db, read_only=True), replay=a.replay, replay_limit=a.replay_limit)
+    print(rep.summary())
+    return 0 if rep.ok else 4
+
+
 def _cmd_db_upgrade(a: argparse.Namespace) -> int:
     from tunecache.store.migrations import upgrade
 
@@ -168,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db(s)
     s.add_argument("--keep-top", type=int, required=True, metavar="K")
     s.set_defaults(fn=_cmd_db_gc)
+    s = dbs.add_parser("check", help="integrity check: orphans, undecodable records, inconsistent rankings")
+    _add_db(s)
+    s.add_argument("--replay", action="store_true", help="also replay every valid trace on its workload (needs TVM)")
+    s.add_argument("--replay-limit", type=int, default=None, metavar="N")
+    s.set_defaults(fn=_cmd_db_check)
     s = dbs.add_parser("upgrade", help="upgrade the store's schema to this tunecache's version")
     _add_db(s)
     s.set_defaults(fn=_cmd_db_upgrade)
