@@ -118,7 +118,7 @@ class CompileReport:
         rows = []
         for t in self.tasks:
             rows.append([
-                t.name[:44],
+                t.name[:60],
                 t.family,
                 str(t.weight),
                 t.outcome,

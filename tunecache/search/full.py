@@ -15,7 +15,9 @@ on a 2-core machine (see ``shared/TVM_NOTES.md``).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 import os
 import statistics
 import time
@@ -472,7 +474,10 @@ def tune_tasks(
     os.makedirs(work, exist_ok=True)
     threads = num_threads if num_threads is not None else max(1, cpu_count(logical=False))
     names = [t.name for t in tasks]
-    loggers = get_loggers_from_work_dir(work, names)
+    # MetaSchedule's console handler binds sys.stdout when it is created and at once logs the
+    # logging directory: bind it to stderr so stdout stays the caller's (e.g. `--json` reports).
+    with contextlib.redirect_stdout(sys.stderr):
+        loggers = get_loggers_from_work_dir(work, names)
     if not console_log:
         _quiet_console(_MS_LOGGER)
     contexts = []
