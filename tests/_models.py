@@ -36,3 +36,22 @@ def onnx_cnn(batch: int | str = 1, extra_node: str | None = None):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+
+
+def relax_matmul_relu(m: int, k: int, n: int):
+    """A Relax IRModule computing relu(x @ w) for x: (m, k), w: (k, n)."""
+    from tunecache.tvm_layer import load_tvm
+
+    tvm = load_tvm()
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor((m, k), "float32"), w: R.Tensor((k, n), "float32")) -> R.Tensor((m, n), "float32"):
+            with R.dataflow():
+                y = R.nn.relu(R.matmul(x, w))
+                R.output(y)
+            return y
+
+    return Mod

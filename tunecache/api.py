@@ -72,6 +72,7 @@ def compile(  # noqa: A001 - the product's verb
     *,
     example_inputs: Any = None,
     store: "str | os.PathLike[str] | Store | None" = None,
+    overlay: "str | os.PathLike[str] | Store | None" = None,
     tune: str = "auto",
     trials_per_task: int = DEFAULT_TRIALS_PER_TASK,
     time_budget_s: float | None = None,
@@ -94,6 +95,9 @@ def compile(  # noqa: A001 - the product's verb
     store
         A store URL or path, a :class:`~tunecache.store.Store`, or ``None`` for the default
         (``$TUNECACHE_DB`` or ``~/.cache/tunecache/tunecache.db``).
+    overlay
+        A local store in front of ``store``: ``store`` is then opened read-only (e.g. a team
+        PostgreSQL role with SELECT only), hits come from both, tuned programs go here.
     tune
         ``"auto"``: tune misses; ``"never"``: use only the store, misses compile with TVM's
         default schedules (reported as ``fallback``); ``"always"``: re-tune every task (the
@@ -137,7 +141,7 @@ def compile(  # noqa: A001 - the product's verb
     imported = frontend.import_model(model, example_inputs)
     tgt = resolve_target(target)
     hw = hardware_key(tgt)
-    st = open_store(store)
+    st = open_store(store, overlay=overlay)
     mod = frontend.prepare_for_tuning(imported, tgt)
     tasks = frontend.extract_tasks(mod, tgt)
 

@@ -129,6 +129,15 @@ def _cmd_db_check(a: argparse.Namespace) -> int:
     return 0 if rep.ok else 4
 
 
+def _cmd_db_push(a: argparse.Namespace) -> int:
+    from tunecache.store import open_store
+    from tunecache.store.overlay import push
+
+    n, new = push(open_store(a.overlay), open_store(a.db))
+    print(f"pushed {n} records ({new} new) from {a.overlay} to the team store")
+    return 0
+
+
 def _cmd_db_upgrade(a: argparse.Namespace) -> int:
     from tunecache.store.migrations import upgrade
 
@@ -182,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--replay", action="store_true", help="also replay every valid trace on its workload (needs TVM)")
     s.add_argument("--replay-limit", type=int, default=None, metavar="N")
     s.set_defaults(fn=_cmd_db_check)
+    s = dbs.add_parser("push", help="copy a local overlay's records to the team store (--db)")
+    _add_db(s)
+    s.add_argument("--overlay", required=True, metavar="URL", help="the local overlay store")
+    s.set_defaults(fn=_cmd_db_push)
     s = dbs.add_parser("upgrade", help="upgrade the store's schema to this tunecache's version")
     _add_db(s)
     s.set_defaults(fn=_cmd_db_upgrade)

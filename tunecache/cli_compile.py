@@ -70,6 +70,7 @@ def _cmd_compile(a: argparse.Namespace) -> int:
         a.target,
         example_inputs=inputs,
         store=a.db,
+        overlay=a.overlay,
         tune=a.tune,
         trials_per_task=a.trials_per_task,
         time_budget_s=a.time_budget,
@@ -117,6 +118,8 @@ def register(sub: Any, add_db: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("model", help="zoo name (e.g. resnet18, bert_base:seq_len=64), model.onnx, or file.py:factory")
     p.add_argument("--target", default=None, help="llvm (host CPU, default), cuda, a TVM tag, or JSON")
     add_db(p)
+    p.add_argument("--overlay", metavar="URL", default=None,
+                   help="local store in front of a read-only --db: hits from both, new records go here")
     p.add_argument("--tune", choices=("auto", "never", "always"), default="auto")
     p.add_argument("--trials-per-task", type=int, default=32, metavar="N")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS")

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tunecache.store.adapter import make_database
+from tunecache.store.adapter import make_database, reraise_store_error
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.store import Store
 
@@ -94,7 +93,6 @@ def search_misses(
     own_dir = work_dir is None
     wd = Path(tempfile.mkdtemp(prefix="tunecache-")) if own_dir else Path(work_dir)  # type: ignore[arg-type]
     db = make_database(store, hardware, target, names={t.key.shash: t.name for t in tasks})
-    start = time.time()
     try:
         results = tune_tasks(
             [FullSearchTask(t.name, t.mod, float(t.weight)) for t in tasks],
@@ -106,10 +104,12 @@ def search_misses(
             work_dir=str(wd),
             progress=progress,
         )
+    except RuntimeError as err:
+        reraise_store_error(db, err)
+        raise
     finally:
         if own_dir:
             shutil.rmtree(wd, ignore_errors=True)
-    del start
     out: dict[WorkloadKey, MissOutcome] = {}
     for t, r in zip(tasks, results):
         if r.valid_trials > 0:

@@ -13,13 +13,20 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from tunecache import config
-from tunecache.errors import InvalidRecordError
+from tunecache.errors import InvalidRecordError, ReadOnlyStoreError, TunecacheError
 from tunecache.store.keys import HardwareKey, WorkloadDesc, WorkloadKey
 from tunecache.store.records import Provenance, Record
 from tunecache.store.store import Store
 from tunecache.tvm_layer import load_tvm
 
-__all__ = ["make_database", "CommitEvent"]
+__all__ = ["make_database", "CommitEvent", "reraise_store_error"]
+
+
+def reraise_store_error(database: Any, err: BaseException) -> None:
+    """Raise the tunecache error a database callback hit, if ``err`` is TVM's wrapping of it."""
+    inner = getattr(database, "last_error", None)
+    if inner is not None:
+        raise inner from err
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ def _database_class() -> Any:
                 self._trials: dict[str, int] = {}
                 self._started: dict[str, float] = {}
                 self._lock = threading.Lock()
+                self.last_error: TunecacheError | None = None
 
             # MetaSchedule's Workload objects carry the hash; reuse them per structural hash.
             def _key(self, mod: Any) -> tuple[WorkloadKey, Any]:
@@ -84,7 +92,10 @@ def _database_class() -> Any:
                     name = self.names.get(key.shash)
                     if name:
                         desc = replace(desc, name=name)
-                    self.store.commit_workload(key, desc, mod_json)
+                    try:
+                        self.store.commit_workload(key, desc, mod_json)
+                    except ReadOnlyStoreError:
+                        pass  # reading a read-only store needs no workload row of ours
                     self._committed.add(key.shash)
                 return key, wl
 
@@ -96,6 +107,13 @@ def _database_class() -> Any:
                 return self._key(mod)[1]
 
             def commit_tuning_record(self, record: Any) -> None:
+                try:
+                    self._commit_tuning_record(record)
+                except TunecacheError as err:
+                    self.last_error = err  # TVM re-raises it as a RuntimeError: see reraise_store_error
+                    raise
+
+            def _commit_tuning_record(self, record: Any) -> None:
                 wl = record.workload
                 key, _wl = self._key(wl.mod)
                 with self._lock:

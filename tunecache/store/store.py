@@ -258,7 +258,8 @@ class Store:
                     time.sleep(delay * (1 + random.random()))
                     delay = min(delay * 2, 1.0)
                     continue
-                if "read-only" in str(err).lower() or "readonly" in str(err).lower():
+                low = str(err).lower()
+                if "read-only" in low or "readonly" in low or "permission denied" in low:
                     raise ReadOnlyStoreError(
                         f"store {self.display_url} refused a write (read-only): "
                         "use a local overlay store for new records"
@@ -328,8 +329,14 @@ class Store:
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
-        stmt = insert(model).values(**values).on_conflict_do_nothing(index_elements=index)
-        return int(sess.execute(stmt).rowcount or 0)
+        stmt = (
+            insert(model)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=index)
+            .returning(*model.__table__.primary_key.columns)
+        )
+        # rowcount is -1 for this statement on some drivers: count the returned keys instead.
+        return len(sess.execute(stmt).fetchall())
 
     def _hardware_id(self, sess: Session, hw: HardwareKey) -> str:
         hid = hw.id
@@ -749,8 +756,17 @@ def _record_value(row: RecordRow, workload: WorkloadKey, hardware: HardwareKey) 
     )
 
 
-def open_store(url: "str | os.PathLike[str] | Store | None" = None, *, read_only: bool = False) -> Store:
+def open_store(
+    url: "str | os.PathLike[str] | Store | None" = None,
+    *,
+    read_only: bool = False,
+    overlay: "str | os.PathLike[str] | Store | None" = None,
+) -> Any:
     """Open a store from a URL, a path, ``None`` (the default location) or pass a Store through.
+
+    With ``overlay``, the store at ``url`` is opened read-only and wrapped in an
+    :class:`~tunecache.store.overlay.OverlayStore`: hits come from both, new records go to the
+    overlay (``tunecache db push`` copies them to the team store later).
 
     Examples
     --------
@@ -758,6 +774,11 @@ def open_store(url: "str | os.PathLike[str] | Store | None" = None, *, read_only
     >>> s.backend
     'sqlite'
     """
-    if isinstance(url, Store):
+    if overlay is not None:
+        from tunecache.store.overlay import OverlayStore
+
+        base = url if isinstance(url, Store) else Store(url, read_only=True)
+        return OverlayStore(base, overlay if isinstance(overlay, Store) else Store(overlay))
+    if isinstance(url, Store) or hasattr(url, "overlay"):
         return url
     return Store(url, read_only=read_only)

@@ -1,0 +1,191 @@
+"""Sketch signatures: the shape-free structure of the design space MetaSchedule builds for a task.
+
+ETO's first reuse condition (Definition 2) asks that two operators have the same *sketch set*
+``K``: the same program skeletons, differing only in tile sizes and other sampled decisions.
+MetaSchedule's design space is a list of schedules, each with a trace; a trace without its
+decisions, block names and constants that depend on the shape is one sketch. Two tasks have
+the same sketch set when these sets are equal.
+
+Each instruction contributes its kind, its structural attributes (``n`` and
+``max_innermost_factor`` of ``SamplePerfectTile``, annotation keys, storage scopes, the
+candidates of ``SampleCategorical``, ...), and its inputs as references to earlier random
+variables (so the dataflow between instructions is part of the structure). Block names
+(``GetSBlock``'s ``name`` and ``func_name``) are dropped: they differ between a TE-built and a
+Relax-built task of the same computation. Sampled decisions are never part of it.
+
+Nothing is cached on disk; generating a design space takes a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping
+
+__all__ = ["sketch_signature", "sketch_set", "sketch_texts", "as_target"]
+
+#: Attributes of these instruction kinds name things (blocks, functions), not structure.
+_DROP_ATTRS = {"GetSBlock": (0, 1), "GetBlock": (0, 1)}
+
+
+def _digest(text: str, length: int = 16) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def as_target(target: Any) -> Any:
+    """Return a ``tvm.target.Target`` for ``target`` (a Target, a dict, or a tag string).
+
+    Raises
+    ------
+    TargetError
+        If TVM rejects the target.
+    """
+    from tunecache.errors import TargetError
+    from tunecache.tvm_layer import load_tvm
+
+    kind = None
+    if isinstance(target, Mapping):
+        kind = str(target.get("kind", "llvm"))
+    elif hasattr(target, "kind"):
+        kind = str(target.kind.name)
+    tvm = load_tvm(kind or "llvm")
+    if isinstance(target, tvm.target.Target):
+        return target
+    try:
+        return tvm.target.Target(dict(target) if isinstance(target, Mapping) else target)
+    except (ValueError, TypeError) as err:  # what TVM 0.27 raises for a bad target
+        raise TargetError(
+            f"invalid target {target!r}: {err}. Pass a dict such as "
+            "{'kind': 'llvm', 'num-cores': 2} (TVM 0.27 rejects the CLI string form)"
+        ) from err
+
+
+def _as_module(mod: Any) -> Any:
+    from tunecache.tvm_layer import load_tvm
+
+    tvm = load_tvm()
+    from tvm.tirx import PrimFunc
+
+    if isinstance(mod, PrimFunc):
+        return tvm.IRModule({"main": mod.with_attr("global_symbol", "main")})
+    if isinstance(mod, tvm.IRModule):
+        return mod
+    raise TypeError(f"expected a tvm IRModule or PrimFunc, got {type(mod).__name__}")
+
+
+def _value_text(value: Any) -> str:
+    """Render a constant attribute or input value without shape-dependent detail."""
+    from tvm.tirx import FloatImm, IntImm
+
+    if value is None:
+        return "None"
+    if isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    if isinstance(value, (IntImm, FloatImm)):
+        return repr(value.value)
+    if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int, float)):
+        return repr(value.value)
+    try:
+        items = list(value)
+    except TypeError:
+        return type(value).__name__
+    return "[" + ",".join(_value_text(v) for v in items) + "]"
+
+
+def _trace_text(trace: Any) -> str:
+    """Return one line per instruction of ``trace``: kind, attributes, input references."""
+    names: dict[Any, str] = {}
+
+    def ref(x: Any) -> str:
+        for k, v in names.items():
+            if k.same_as(x):
+                return v
+        return _value_text(x)
+
+    lines = []
+    for inst in trace.insts:
+        kind = inst.kind.name
+        drop = _DROP_ATTRS.get(kind, ())
+        attrs = [_value_text(a) for i, a in enumerate(inst.attrs) if i not in drop]
+        inputs = []
+        for x in inst.inputs:
+            inputs.append(ref(x) if x is not None else "None")
+        outs = []
+        for o in inst.outputs:
+            name = f"%{len(names)}"
+            names[o] = name
+            outs.append(name)
+        lines.append(f"{','.join(outs)}={kind}({','.join(inputs)})[{','.join(attrs)}]")
+    return "\n".join(lines)
+
+
+def _design_space(mod: Any, target: Any) -> list[Any]:
+    from tunecache.tvm_layer import ms
+
+    meta = ms()
+    ctx = meta.TuneContext(
+        mod=_as_module(mod),
+        target=target,
+        space_generator="post-order-apply",
+        task_name="sketch",
+        rand_state=1,
+    )
+    return list(ctx.generate_design_space())
+
+
+def sketch_texts(mod: Any, target: Any) -> tuple[str, ...]:
+    """Return the readable structure of every sketch in ``mod``'s design space.
+
+    Parameters
+    ----------
+    mod
+        A task: an ``IRModule`` with one PrimFunc, or a ``PrimFunc``.
+    target
+        A ``tvm.target.Target`` or a target dict (e.g. ``{"kind": "llvm", "num-cores": 2}``).
+
+    Returns
+    -------
+    tuple of str
+        One text per design-space schedule, in generation order (may repeat).
+    """
+    tgt = as_target(target)
+    return tuple(_trace_text(sch.trace) for sch in _design_space(mod, tgt))
+
+
+def sketch_set(mod: Any, target: Any) -> frozenset[str]:
+    """Return the set of per-sketch digests of ``mod``'s design space (ETO's ``K``)."""
+    return frozenset(_digest(t) for t in sketch_texts(mod, target))
+
+
+def sketch_signature(mod: Any, target: Any) -> str:
+    """Return a short digest of the sketch set MetaSchedule generates for ``mod`` on ``target``.
+
+    Two tasks satisfy ETO's "same sketch set" condition exactly when their signatures are
+    equal. The digest ignores sampled decisions, block names and everything else that changes
+    with the shape, so two matmuls of different sizes share it while a matmul and a conv2d
+    do not.
+
+    Parameters
+    ----------
+    mod
+        A task: an ``IRModule`` with one PrimFunc (e.g. ``task.dispatched[0]``), or a
+        ``PrimFunc``.
+    target
+        A ``tvm.target.Target`` or a target dict.
+
+    Returns
+    -------
+    str
+        16 hex digits.
+
+    Raises
+    ------
+    TargetError
+        If the target is invalid.
+
+    Examples
+    --------
+    >>> sig = sketch_signature(matmul_mod, {"kind": "llvm", "num-cores": 2})  # doctest: +SKIP
+    >>> len(sig)                                                              # doctest: +SKIP
+    16
+    """
+    return _digest("\n".join(sorted(sketch_set(mod, target))))
