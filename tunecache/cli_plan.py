@@ -1,0 +1,99 @@
+"""``tunecache plan``: show which tasks would be tuned, reused or served from the store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+__all__ = ["register", "collect_tasks", "make_plan"]
+
+
+def collect_tasks(specs: list[str], target: Any) -> list[Any]:
+    """Import each model spec and return its tasks deduplicated by workload key (weights summed)."""
+    from tunecache import frontend
+    from tunecache.cli_compile import load_model_spec
+
+    merged: dict[Any, Any] = {}
+    for spec in specs:
+        model, inputs, _name = load_model_spec(spec)
+        mod = frontend.prepare_for_tuning(frontend.import_model(model, inputs), target)
+        for t in frontend.extract_tasks(mod, target):
+            if t.key in merged:
+                old = merged[t.key]
+                merged[t.key] = type(old)(old.name, old.weight + t.weight, old.mod, old.desc, old.key)
+            else:
+                merged[t.key] = t
+    return list(merged.values())
+
+
+def make_plan(tasks: list[Any], target: Any, hw: Any, store: Any, *, bridges: bool, full_trials: float,
+              check_bridges: bool = True) -> Any:
+    """Plan the store misses among ``tasks``; stored workloads of ``hw`` are free sources."""
+    from dataclasses import replace
+
+    from tunecache.reuse.costs import CostModel, calibrate
+    from tunecache.reuse.planner import bridge_checker, describe_tasks, plan_tasks
+    from tunecache.store import WorkloadKey
+    from tunecache.tvm_layer.convert import workload_from_json
+
+    hits = [t for t in tasks if store.best_k(t.key, hw, 1)]
+    hit_keys = {t.key for t in hits}
+    misses = [t for t in tasks if t.key not in hit_keys]
+    recs = store.records(hardware=hw, valid_only=True)
+    stored_items = []
+    for key in sorted({r.workload for r in recs} - {t.key for t in tasks}, key=str):
+        sw = store.get_workload(key)
+        if sw is None or not sw.mod_json:
+            continue
+        try:
+            mod = workload_from_json(WorkloadKey(key.shash, key.mod_eq), sw.mod_json).mod
+        except Exception:  # noqa: BLE001 - an undecodable stored workload is simply not a source
+            continue
+        stored_items.append((key, sw.desc.name or key.shash[:8], 0.0, mod))
+    cm = calibrate(replace(CostModel(), full_trials=full_trials, target_kind=str(target.kind.name)), recs)
+    return plan_tasks(
+        describe_tasks([(t.key, t.name, t.weight, t.mod) for t in misses], target),
+        stored=describe_tasks(stored_items, target),
+        cost_model=cm,
+        bridges=bridges,
+        hits=[t.name for t in hits],
+        bridge_check=bridge_checker(target) if (bridges and check_bridges) else None,
+    )
+
+
+def _cmd_plan(a: argparse.Namespace) -> int:
+    import time
+
+    from tunecache.store import open_store
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    t0 = time.time()
+    target = resolve_target(a.target)
+    tasks = collect_tasks(a.models, target)
+    t1 = time.time()
+    mp = make_plan(tasks, target, hardware_key(target), open_store(a.db, read_only=a.read_only),
+                   bridges=a.bridges, full_trials=a.full_trials)
+    t2 = time.time()
+    if a.json:
+        print(mp.to_json())
+    else:
+        print(mp.to_text())
+    print(f"{len(tasks)} distinct tasks from {len(a.models)} model(s); import {t1 - t0:.1f}s, planning {t2 - t1:.1f}s",
+          file=sys.stderr)
+    return 0
+
+
+def register(sub: Any, add_db: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add ``tunecache plan`` to the parser."""
+    p = sub.add_parser("plan", help="plan reuse for models' tasks (no measurement)")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="zoo names, .onnx paths or file.py:factory")
+    p.add_argument("--target", default=None)
+    add_db(p)
+    p.add_argument("--read-only", action="store_true", help="open the store read-only")
+    p.add_argument("--bridges", action=argparse.BooleanOptionalAction, default=True,
+                   help="consider bridge operators (default: on)")
+    p.add_argument("--full-trials", type=float, default=1000.0, metavar="N",
+                   help="trial budget of one full search (the cost of tuning a task from scratch)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (every node names its source)")
+    p.set_defaults(fn=_cmd_plan)
