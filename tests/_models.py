@@ -55,3 +55,26 @@ def relax_matmul_relu(m: int, k: int, n: int):
             return y
 
     return Mod
+
+
+def te_conv(tvm, shape, kernel, k, pad=0, stride=1, layout="NCHW"):
+    from tvm import te, topi
+
+    if layout == "NCHW":
+        x = te.placeholder(shape, name="x")
+        w = te.placeholder((k, shape[1], kernel, kernel), name="w")
+        y = topi.nn.conv2d_nchw(x, w, stride, pad, 1)
+    else:
+        x = te.placeholder(shape, name="x")
+        w = te.placeholder((kernel, kernel, shape[3], k), name="w")
+        y = topi.nn.conv2d_nhwc(x, w, stride, pad, 1)
+    return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
+
+
+def te_matmul(tvm, m, n, k):
+    from tvm import te
+
+    a, b = te.placeholder((m, k), name="a"), te.placeholder((k, n), name="b")
+    r = te.reduce_axis((0, k), name="r")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="c")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})

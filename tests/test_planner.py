@@ -1,0 +1,97 @@
+"""The planner on real tasks: reuse edges, bridges that materialize, trivial tasks, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from _models import te_conv, te_matmul
+from tunecache.reuse.costs import CostModel, neighbourhood_size, reuse_cost
+from tunecache.reuse.planner import bridge_checker, describe_tasks, plan_tasks
+from tunecache.store import WorkloadKey
+
+pytestmark = pytest.mark.tvm
+
+
+@pytest.fixture(scope="module")
+def tvm():
+    from tunecache.tvm_layer import load_tvm
+
+    return load_tvm("llvm")
+
+
+@pytest.fixture(scope="module")
+def target(tvm):
+    from tunecache.tvm_layer.target import resolve_target
+
+    return resolve_target(None)
+
+
+def _items(mods):
+    from tunecache.tvm_layer.convert import workload_of
+
+    return [(workload_of(m)[0], name, 1.0, m) for name, m in mods]
+
+
+def test_conv_pair_without_dominance_gets_a_checked_bridge(tvm, target) -> None:
+    a = te_conv(tvm, (1, 16, 16, 16), 3, 16)  # 3x3, no padding: 14x14 output
+    b = te_conv(tvm, (1, 16, 28, 28), 1, 16)  # 1x1: 28x28 output
+    tasks = describe_tasks(_items([("conv3x3", a), ("conv1x1", b)]), target)
+    assert [t.nest.extents for t in tasks] == [(1, 16, 14, 14, 16, 3, 3), (1, 16, 28, 28, 16, 1, 1)]
+    mp = plan_tasks(tasks, cost_model=CostModel(full_trials=1000), bridge_check=bridge_checker(target))
+    assert [tuple(n.extents) for n in mp.bridges.values()] == [(1, 16, 14, 14, 16, 1, 1)]
+    (bridge,) = mp.bridges
+    assert {mp.source_of(t.node)["kind"] for t in tasks} == {"bridge"}
+    assert mp.plan.total_trials < 2 * 1000  # cheaper than tuning both from scratch
+    no = plan_tasks(tasks, cost_model=CostModel(full_trials=1000), bridges=False)
+    assert not no.bridges and no.plan.total_trials == 2000
+    js = json.loads(mp.to_json())
+    assert {n["source"]["kind"] for n in js["nodes"]} == {"root", "bridge"}
+    assert any(n["node"] == bridge and n["node_kind"] == "bridge" for n in js["nodes"])
+
+
+def test_a_bridge_whose_sketch_differs_is_dropped(tvm, target) -> None:
+    a = te_conv(tvm, (1, 16, 16, 16), 3, 16)
+    b = te_conv(tvm, (1, 16, 28, 28), 1, 16)
+    tasks = describe_tasks(_items([("a", a), ("b", b)]), target)
+    mp = plan_tasks(tasks, bridge_check=lambda nest, users: False)
+    assert not mp.bridges and mp.plan.total_trials == 2 * CostModel().full_trials
+
+
+def test_dominating_matmuls_reuse_each_other_and_stored_sources_are_free(tvm, target) -> None:
+    big, small, other = te_matmul(tvm, 256, 256, 256), te_matmul(tvm, 128, 256, 256), te_matmul(tvm, 64, 64, 64)
+    tasks = describe_tasks(_items([("big", big), ("small", small)]), target)
+    mp = plan_tasks(tasks)
+    kinds = sorted(mp.source_of(t.node)["kind"] for t in tasks)
+    assert kinds == ["root", "task"]
+    stored = describe_tasks(_items([("tuned", other)]), target)
+    mp2 = plan_tasks(tasks, stored=stored)
+    # 64^3 is dominated by both: reusing the stored program beats any full search.
+    assert [mp2.source_of(t.node)["kind"] for t in tasks].count("root") == 0
+    assert mp2.plan.total_trials < CostModel().full_trials
+
+
+def test_reuse_costs_follow_the_neighbourhood(tvm) -> None:
+    from tunecache.reuse.loopnest import analyze
+
+    n1, n2 = analyze(te_matmul(tvm, 128, 256, 256)), analyze(te_matmul(tvm, 512, 512, 256))
+    cm = CostModel()
+    assert neighbourhood_size(n1, cm) > 0
+    t, q = reuse_cost(n2, n1, cm)  # big -> small
+    t2, q2 = reuse_cost(n1, n2, cm)  # small -> big
+    assert 1 <= t <= cm.max_reuse_trials and 1 <= t2 <= cm.max_reuse_trials
+    assert q > q2 >= 1.0  # smaller alphas fared worse on this CPU
+
+
+def test_cli_plan_json_names_every_source(tmp_path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tunecache.cli", "plan", "small_cnn", "--db", str(tmp_path / "p.db"),
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    js = json.loads(proc.stdout)
+    assert js["nodes"] and all(n["source"]["kind"] in ("root", "store", "task", "bridge") for n in js["nodes"])
+    trivial = [n for n in js["nodes"] if n.get("family") == "other"]
+    assert trivial and all(n["est_trials"] == 1 for n in trivial)
+    assert js["estimated_trials"] <= js["scratch_trials"]
