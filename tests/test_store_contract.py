@@ -194,3 +194,44 @@ def test_default_url_comes_from_environment(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.delenv("TUNECACHE_DB")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert normalize_url(None) == "sqlite:///" + str(tmp_path / "cache" / "tunecache" / "tunecache.db")
+
+
+def test_claims_are_exclusive_until_released_or_expired(store: Store, wk: WorkloadKey, hw: HardwareKey) -> None:
+    assert store.claim(wk, hw, "alice", lease_s=60)
+    assert not store.claim(wk, hw, "bob", lease_s=60)
+    assert store.claim(wk, hw, "alice", lease_s=60)  # renewal
+    assert store.claim_holder(wk, hw) == "alice"
+    store.release(wk, hw, "alice")
+    assert store.claim_holder(wk, hw) is None
+    assert store.claim(wk, hw, "bob", lease_s=-1)  # an already expired lease...
+    assert store.claim_holder(wk, hw) is None
+    assert store.claim(wk, hw, "carol", lease_s=60)  # ...is taken over
+    assert store.claim_holder(wk, hw) == "carol"
+    other = replace(hw, tvm_version="0.1")
+    assert store.claim(wk, other, "bob", lease_s=60)  # claims are per hardware key
+
+
+def test_first_released_schema_upgrades_with_its_records(tmp_path) -> None:
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parent / "data" / "store_v1.sqlite", path)
+    with pytest.raises(SchemaVersionError, match="tunecache db upgrade"):
+        Store(str(path))
+    proc = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "upgrade", "--db", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "schema v1 -> v2" in proc.stdout
+    s = Store(str(path))
+    assert s.schema_version == 2 and s.count_records() == 6
+    hw = HardwareKey.from_dict({"target": '{"keys":["cpu"],"kind":"llvm","mcpu":"znver3","num-cores":2}',
+                                "fingerprint": {"cpu_model": "AMD EPYC 7B13", "isa": ["avx2", "fma"], "cores": 2},
+                                "tvm_version": "0.27.0.post1"})
+    assert [r.uid for r in s.best_k(WorkloadKey("old1"), hw, 2)] == ["v1rec10", "v1rec11"]
+    assert s.claim(WorkloadKey("old1"), hw, "me", 10)
+    from tunecache.store.integrity import check_store
+
+    assert check_store(s).ok

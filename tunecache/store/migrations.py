@@ -16,8 +16,15 @@ from tunecache.store.schema import SCHEMA_VERSION
 
 __all__ = ["MIGRATIONS", "upgrade"]
 
+def _v1_to_v2(conn: Connection) -> None:
+    """Schema 2 adds the task-claim table used by ``tunecache warm``."""
+    from tunecache.store.schema import ClaimRow
+
+    ClaimRow.__table__.create(conn, checkfirst=True)
+
+
 #: version n -> function upgrading n to n + 1
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
 
 
 def upgrade(url: "str | os.PathLike[str] | None") -> tuple[int, int]:

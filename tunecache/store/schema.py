@@ -18,10 +18,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["SCHEMA_VERSION", "Base", "MetaRow", "WorkloadRow", "HardwareRow", "RecordRow"]
+__all__ = ["SCHEMA_VERSION", "Base", "MetaRow", "WorkloadRow", "HardwareRow", "RecordRow", "ClaimRow"]
 
-#: Version of the tables below. 1 is the first released schema.
-SCHEMA_VERSION = 1
+#: Version of the tables below. 1 is the first released schema; 2 added ``tc_claim``.
+SCHEMA_VERSION = 2
 
 
 class Base(DeclarativeBase):
@@ -94,3 +94,17 @@ class RecordRow(Base):
     tvm_version: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[float] = mapped_column(Float)
     stale: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class ClaimRow(Base):
+    """A lease on tuning one workload on one hardware key (schema 2).
+
+    A warmer claims a task before tuning it; another warmer skips it while the lease is live.
+    A holder that dies stops renewing, and the lease expires.
+    """
+
+    __tablename__ = "tc_claim"
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)  # "<hardware id>:<shash>"
+    holder: Mapped[str] = mapped_column(String(256))
+    claimed_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)

@@ -58,7 +58,7 @@ from tunecache.store.records import (
     decode_run_secs,
     decode_trace,
 )
-from tunecache.store.schema import SCHEMA_VERSION, Base, HardwareRow, MetaRow, RecordRow, WorkloadRow
+from tunecache.store.schema import SCHEMA_VERSION, Base, ClaimRow, HardwareRow, MetaRow, RecordRow, WorkloadRow
 
 __all__ = ["Store", "StoredWorkload", "StoreStats", "open_store", "normalize_url"]
 
@@ -502,6 +502,47 @@ class Store:
             lambda s: s.execute(update(RecordRow).where(RecordRow.uid.in_(uids)).values(stale=stale)),
             write=True,
         )
+
+    # -- task claims (leases) -----------------------------------------------------------------
+
+    def claim(self, workload: WorkloadKey, hardware: HardwareKey, holder: str, lease_s: float) -> bool:
+        """Claim tuning ``workload`` on ``hardware`` for ``lease_s`` seconds; renew if held.
+
+        Returns ``True`` when ``holder`` now holds the lease: it was free, expired, or already
+        ``holder``'s. Atomic across processes and machines sharing the store.
+        """
+        key = f"{hardware.id}:{workload.shash}"
+
+        def do(sess: Session) -> bool:
+            now = time.time()
+            got = self._insert_ignore(
+                sess, ClaimRow, dict(key=key, holder=holder, claimed_at=now, expires_at=now + lease_s), ["key"]
+            )
+            if got:
+                return True
+            res = sess.execute(
+                update(ClaimRow)
+                .where(ClaimRow.key == key, (ClaimRow.expires_at < now) | (ClaimRow.holder == holder))
+                .values(holder=holder, claimed_at=now, expires_at=now + lease_s)
+            )
+            return bool(res.rowcount)
+
+        return bool(self._run(do, write=True))
+
+    def release(self, workload: WorkloadKey, hardware: HardwareKey, holder: str) -> None:
+        """Give up ``holder``'s claim (no-op if it does not hold it)."""
+        key = f"{hardware.id}:{workload.shash}"
+        self._run(lambda s: s.execute(delete(ClaimRow).where(ClaimRow.key == key, ClaimRow.holder == holder)), write=True)
+
+    def claim_holder(self, workload: WorkloadKey, hardware: HardwareKey) -> str | None:
+        """Return who holds a live claim on the task, or ``None``."""
+        key = f"{hardware.id}:{workload.shash}"
+
+        def do(sess: Session) -> str | None:
+            row = sess.get(ClaimRow, key)
+            return row.holder if row is not None and row.expires_at >= time.time() else None
+
+        return self._run(do, write=False)
 
     # -- reads ------------------------------------------------------------------------------
 
