@@ -247,7 +247,7 @@ def _footprint(sites: list[tuple[_BlockSite, int]]) -> int:
                 lo, hi = 0, (_int(iv.dom.extent) or 1) - 1
             iter_dom[iv.var] = sym.IntervalSet(lo, hi)
         for region in list(block.reads) + list(block.writes):
-            buf = region.buffer
+            buf = region.source if hasattr(region, "source") else region.buffer
             box: list[tuple[int, int]] = []
             for dim, rng in enumerate(region.region):
                 s = analyzer.int_set(rng.min, iter_dom)
@@ -378,7 +378,7 @@ def cuda_features(sch_or_mod: Any, target: Any = None) -> CudaFeatures:
         Of the kernel with the most thread blocks.
     """
     del target
-    tvm = load_tvm("cuda")
+    tvm = load_tvm()  # no CUDA intrinsics needed to read TIR
     func = _prim_func(sch_or_mod)
     from tvm.s_tir import transform as st
 
