@@ -235,3 +235,20 @@ def test_first_released_schema_upgrades_with_its_records(tmp_path) -> None:
     from tunecache.store.integrity import check_store
 
     assert check_store(s).ok
+
+
+def test_done_marks_survive_release_and_block_claims(store: Store, wk: WorkloadKey, hw: HardwareKey) -> None:
+    assert not store.is_done(wk, hw)
+    assert store.claim(wk, hw, "alice", 60)
+    store.mark_done(wk, hw, "alice")
+    store.release(wk, hw, "alice")
+    assert store.is_done(wk, hw)
+    assert not store.claim(wk, hw, "bob", 60)  # nothing left to tune
+
+
+def test_a_dead_holders_claim_can_be_taken_over(store: Store, wk: WorkloadKey, hw: HardwareKey) -> None:
+    assert store.claim(wk, hw, "ghost", 600)
+    assert not store.claim(wk, hw, "me", 600)
+    assert store.claim(wk, hw, "me", 600, steal_from="ghost")
+    assert store.claim_holder(wk, hw) == "me"
+    assert not store.claim(wk, hw, "third", 600, steal_from="ghost")  # only from that holder

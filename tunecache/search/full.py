@@ -1,11 +1,40 @@
 """Full search: MetaSchedule's evolutionary search over a list of tasks, sized to the budget.
 
 This is the last rung of the ladder (store hit -> reuse -> narrowed search -> **full search**).
-:func:`tune_tasks` runs ``tvm.s_tir.meta_schedule.tune.tune_tasks`` (XGBoost cost model,
-gradient task scheduler with task weights) with tunecache's warm builder and steady runner
+:func:`tune_tasks` runs MetaSchedule's task loop (``TaskScheduler.tune``: XGBoost cost model,
+evolutionary search per task) with tunecache's warm builder and steady runner
 (:mod:`tunecache.search.measure`), commits every measured record to the ``Database`` it is given,
 and returns one frozen :class:`TaskResult` per task. Progress is reported as frozen
 :class:`SearchProgress` events.
+
+What tunecache's engine changes in that loop (``scheduler="tunecache"``, the default), so that
+every second of the budget buys a useful measurement:
+
+1. **Trivial tasks once.** Before the loop, each task's design space is generated. A task whose
+   space has no sampling instruction (elementwise ops, reshapes, transposes: one or a few fixed
+   programs) has each distinct program built and measured once, committed, and is never handed
+   to the evolutionary search. Stock MetaSchedule measures its one program in the first round,
+   then re-picks it for empty rounds (a full evolutionary search each) until the search gives up
+   after five; on ResNet-18 that was 60% of the wall time (``shared/TVM_NOTES.md``).
+2. **Our task picker.** The loop's ``next_task_id`` is tunecache's (a ``PyTaskScheduler``; the
+   loop itself, search, building, running and callbacks are MetaSchedule's). It joins each round
+   as soon as it was measured, so the cost model learns from every round before the next search;
+   gives every task one round first, heaviest (weight x FLOPs) first; then picks the task with
+   the largest weighted gradient of latency (Ansor's objective, sum of weight x latency: backward
+   improvement over a window plus the optimistic ``best / trials``, as MetaSchedule's
+   ``GradientBased`` does, but per trial rather than per round).
+3. **Converged tasks stop.** A task whose best improved by at most
+   :attr:`EarlyStopping.min_improvement` over the last :attr:`EarlyStopping.window_trials`
+   trials is terminated, and so is one whose search came back empty. With early stopping on, a
+   task may go beyond ``trials_per_task`` (up to ``max_trials_per_task``, by default the global
+   budget): the trials a converged task leaves go to the tasks with the largest weighted
+   gradient. ``max_trials_global`` stays the cap on the sum.
+4. **The time budget is checked before every round** (and covers the trivial tasks and set-up):
+   once spent, no round starts; the round in flight finishes and is committed.
+
+``scheduler="gradient"`` runs MetaSchedule's own ``GradientBased`` scheduler (round-robin first
+pass, then gradient picks, the budget checked after each joined round) -- the stock behaviour,
+kept for comparison (``tools/bench_tune.py``).
 
 Search sizing (:func:`search_sizing`) lives here too: MetaSchedule's defaults
 (population 512, 50 unmeasured seeds, 4 genetic iterations, 64 trials per round) are sized for
@@ -23,7 +52,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tunecache.errors import ConfigError, TuningError
@@ -31,10 +60,12 @@ from tunecache.search.measure import make_builder, make_runner
 from tunecache.tvm_layer import load_tvm
 
 __all__ = [
+    "EarlyStopping",
     "FullSearchTask",
     "SearchProgress",
     "SearchSizing",
     "TaskResult",
+    "fixed_programs",
     "search_sizing",
     "tune_tasks",
 ]
@@ -42,6 +73,8 @@ __all__ = [
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
 #: Run seconds MetaSchedule's ``AddToDatabase`` stores for a candidate that failed.
 FAILED_RUN_SECS = 1e10
+#: Task schedulers :func:`tune_tasks` can run.
+SCHEDULERS = ("tunecache", "gradient")
 
 
 @dataclass(frozen=True)
@@ -130,6 +163,46 @@ def search_sizing(trials_per_task: int) -> SearchSizing:
     return SearchSizing(512, 50, 4, per_iter)
 
 
+#: Why a task stopped (:attr:`TaskResult.stop_reason`).
+STOP_TRIVIAL = "trivial"  # every distinct program of a fixed design space measured once
+STOP_STORED = "stored"  # fixed design space, and the database already had a valid record
+STOP_CONVERGED = "converged"  # early stopping: no improvement over the window
+STOP_EXHAUSTED = "exhausted"  # the search found no unmeasured candidate
+STOP_TASK_CAP = "task trial cap"  # max_trials_per_task reached
+STOP_GLOBAL_CAP = "global trial cap"  # max_trials_global reached
+STOP_TIME = "time budget"  # time_budget_s spent
+STOP_ENDED = "search ended"  # MetaSchedule ended the task itself (or the loop ended)
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """When a task counts as converged and stops (its unused trials go to other tasks).
+
+    Attributes
+    ----------
+    min_improvement
+        Relative improvement of the task's best latency that counts as progress (0.02: 2%).
+    window_trials
+        Trials over which the improvement is measured; ``None``: two rounds
+        (``2 * num_trials_per_iter`` of :func:`search_sizing`). A task is converged once it has
+        at least this many trials after some earlier round and its best latency is no more than
+        ``min_improvement`` better than the best at that round.
+    """
+
+    min_improvement: float = 0.02
+    window_trials: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_improvement < 1:
+            raise ConfigError(
+                f"EarlyStopping.min_improvement must be in [0, 1), got {self.min_improvement!r}"
+            )
+        if self.window_trials is not None and self.window_trials < 1:
+            raise ConfigError(
+                f"EarlyStopping.window_trials must be >= 1 or None, got {self.window_trials!r}"
+            )
+
+
 @dataclass(frozen=True)
 class TaskResult:
     """What full search did for one task in one :func:`tune_tasks` call.
@@ -139,15 +212,27 @@ class TaskResult:
     name
         The task's name.
     trials
-        Candidates measured (built and run, or failed trying).
+        Candidates measured (built and run, or failed trying): the task's trial allocation.
     valid_trials
         Candidates that built and ran.
     seconds
         Wall seconds spent on this task's rounds: its search, building, measuring and
-        processing of results (the scheduler interleaves tasks; shared start-up is not counted).
+        processing of results (shared start-up is not counted). Its time allocation.
     best_latency_s
         Best (lowest) median run time measured in this call, or ``None`` if no candidate ran.
-        A single measurement: re-measure before trusting small differences.
+        A single measurement: re-measure (:mod:`tunecache.search.remeasure`) before trusting it.
+    trivial
+        The task's design space has no sampling instruction: its distinct programs were each
+        measured once, outside the evolutionary search.
+    rounds
+        Scheduler rounds of the evolutionary search for this task (0 for a trivial task).
+    empty_rounds
+        Of those, rounds that measured nothing (the search found no new candidate).
+    idle_seconds
+        Wall seconds of those empty rounds.
+    stop_reason
+        Why the task stopped: ``"trivial"``, ``"stored"``, ``"converged"``, ``"exhausted"``,
+        ``"task trial cap"``, ``"global trial cap"``, ``"time budget"`` or ``"search ended"``.
     """
 
     name: str
@@ -155,6 +240,11 @@ class TaskResult:
     valid_trials: int
     seconds: float
     best_latency_s: float | None
+    trivial: bool = False
+    rounds: int = 0
+    empty_rounds: int = 0
+    idle_seconds: float = 0.0
+    stop_reason: str = STOP_ENDED
 
 
 @dataclass(frozen=True)
@@ -191,6 +281,26 @@ class _TaskTally:
     valid: int = 0
     seconds: float = 0.0
     best: float | None = None
+    rounds: int = 0
+    empty_rounds: int = 0
+    idle_seconds: float = 0.0
+    last_round_empty: bool = False
+    #: (trials after the round, best after the round) for every joined round.
+    history: list[tuple[int, float | None]] = field(default_factory=list)
+    stop: str | None = None
+
+    def best_at(self, trials: int) -> float | None:
+        """The best latency as of the last round that ended at or before ``trials`` trials."""
+        best = None
+        seen = False
+        for n, b in self.history:
+            if n > trials:
+                break
+            best, seen = b, True
+        return best if seen else None
+
+    def has_round_at_or_before(self, trials: int) -> bool:
+        return bool(self.history) and self.history[0][0] <= trials
 
 
 class _Timeline:
@@ -232,17 +342,132 @@ class _Timeline:
         return spent
 
 
+    def restart(self) -> None:
+        """Start attributing time to rounds from now (set-up before the loop is not a round's)."""
+        self.last_event = time.perf_counter()
+        self.callback_start = self.last_event
+
+
 def _median_secs(run_secs: Any) -> float:
     return float(statistics.median(float(x) for x in run_secs))
 
 
-def _tracking_classes() -> tuple[Any, Any, Any, Any]:
-    """Define the small MetaSchedule wrappers that feed a :class:`_Timeline` (needs TVM)."""
+class _Allocator:
+    """tunecache's choice of the next task; the body of the ``PyTaskScheduler``'s ``next_task_id``.
+
+    Pure Python over the tracker's tallies and four calls on MetaSchedule's scheduler object
+    (``tasks_``, ``join_running_task``, ``terminate_task`` and each record's ``flop``), so it is
+    driven by a fake scheduler in the tests.
+
+    Each call: join every round in flight (the measure callbacks, the tracker included, run
+    there), stop the tasks that are done (time budget, global or per-task cap, converged,
+    exhausted) with their reason, then pick: first every task that has had no round, heaviest
+    ``weight * flop`` first; then the largest ``weight * (alpha * backward + (1 - alpha) *
+    best / trials)``, where ``backward`` is the best's improvement per trial over the last
+    ``grad_window`` trials (Ansor's and MetaSchedule's gradient, per trial). Ties go to the task
+    with fewer trials, then the lower index. Returns -1 when no task is left.
+    """
+
+    def __init__(
+        self,
+        tallies: list[_TaskTally],
+        weights: list[float],
+        *,
+        max_trials_per_task: int,
+        max_trials_global: int,
+        deadline: float | None,
+        early_stopping: EarlyStopping | None,
+        window_trials: int,
+        grad_window: int,
+        alpha: float = 0.2,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.tallies = tallies
+        self.weights = weights
+        self.max_trials_per_task = max_trials_per_task
+        self.max_trials_global = max_trials_global
+        self.deadline = deadline
+        self.early_stopping = early_stopping
+        self.window_trials = window_trials
+        self.grad_window = grad_window
+        self.alpha = alpha
+        self.clock = clock
+
+    def converged(self, i: int) -> bool:
+        """Whether task ``i``'s best improved by at most ``min_improvement`` over the window."""
+        es = self.early_stopping
+        tally = self.tallies[i]
+        if es is None or tally.best is None:
+            return False
+        then_trials = tally.trials - self.window_trials
+        if not tally.has_round_at_or_before(then_trials):
+            return False
+        then = tally.best_at(then_trials)
+        if then is None:
+            return False
+        return then - tally.best <= es.min_improvement * then
+
+    def _why_stop(self, i: int, total: int) -> str | None:
+        tally = self.tallies[i]
+        if self.deadline is not None and self.clock() >= self.deadline:
+            return STOP_TIME
+        if total >= self.max_trials_global:
+            return STOP_GLOBAL_CAP
+        if tally.trials >= self.max_trials_per_task:
+            return STOP_TASK_CAP
+        if tally.last_round_empty:
+            return STOP_EXHAUSTED
+        if self.converged(i):
+            return STOP_CONVERGED
+        return None
+
+    def score(self, i: int) -> float:
+        """Task ``i``'s weighted gradient: the weighted latency its next trial may win."""
+        tally = self.tallies[i]
+        if tally.best is None or tally.trials == 0:
+            return -math.inf  # nothing ran yet: picked only when no task has a valid best
+        back = 0.0
+        then_trials = tally.trials - self.grad_window
+        if tally.has_round_at_or_before(then_trials):
+            then = tally.best_at(then_trials)
+            if then is not None:
+                back = (then - tally.best) / self.grad_window
+        forward = tally.best / tally.trials
+        return self.weights[i] * (self.alpha * back + (1 - self.alpha) * forward)
+
+    def next_task(self, scheduler: Any) -> int:
+        records = list(scheduler.tasks_)
+        for i, record in enumerate(records):
+            if not record.is_terminated and record.runner_futures is not None:
+                scheduler.join_running_task(i)
+        records = list(scheduler.tasks_)
+        total = sum(t.trials for t in self.tallies)
+        alive = []
+        for i, record in enumerate(records):
+            if record.is_terminated:
+                continue
+            why = self._why_stop(i, total)
+            if why is None:
+                alive.append(i)
+            else:
+                self.tallies[i].stop = why
+                scheduler.terminate_task(i)
+        if not alive:
+            return -1
+        fresh = [i for i in alive if self.tallies[i].rounds == 0]
+        if fresh:
+            return max(fresh, key=lambda i: (self.weights[i] * float(records[i].flop), -i))
+        return max(alive, key=lambda i: (self.score(i), -self.tallies[i].trials, -i))
+
+
+def _tracking_classes() -> tuple[Any, Any, Any, Any, Any]:
+    """Define the MetaSchedule wrappers that feed a :class:`_Timeline` and pick tasks (needs TVM)."""
     load_tvm()
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import PyBuilder
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
     from tvm.s_tir.meta_schedule.runner import PyRunner
+    from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
     @derived_object
     class _TimedBuilder(PyBuilder):
@@ -254,7 +479,7 @@ def _tracking_classes() -> tuple[Any, Any, Any, Any]:
         def build(self, build_inputs: Any) -> Any:
             self.timeline.round_started()
             try:
-                return self.inner.build(build_inputs)
+                return self.inner.build(build_inputs) if len(build_inputs) else []
             finally:
                 self.timeline.round_stage_done()
 
@@ -267,7 +492,7 @@ def _tracking_classes() -> tuple[Any, Any, Any, Any]:
 
         def run(self, runner_inputs: Any) -> Any:
             try:
-                return self.inner.run(runner_inputs)
+                return self.inner.run(runner_inputs) if len(runner_inputs) else []
             finally:
                 self.timeline.round_stage_done()
 
@@ -282,25 +507,35 @@ def _tracking_classes() -> tuple[Any, Any, Any, Any]:
 
     @derived_object
     class _Tracker(PyMeasureCallback):
-        """Counts trials per task, reports progress and enforces the time budget."""
+        """Counts trials per task, keeps each task's history and reports progress.
+
+        With ``stop_after_budget`` (MetaSchedule's own scheduler) it also enforces the time
+        budget after each joined round; tunecache's scheduler checks it before each round.
+        """
 
         def __init__(
             self,
             names: list[str],
+            tallies: list[_TaskTally],
             timeline: _Timeline,
             max_trials: int,
             time_budget_s: float | None,
             progress: Callable[[SearchProgress], None] | None,
+            stop_after_budget: bool,
         ) -> None:
             super().__init__()
             self.names = names
-            self.tallies = [_TaskTally() for _ in names]
+            self.tallies = tallies
             self.timeline = timeline
             self.max_trials = max_trials
             self.time_budget_s = time_budget_s
             self.progress = progress
-            self.total_trials = 0
+            self.stop_after_budget = stop_after_budget
             self.budget_hit = False
+
+        @property
+        def total_trials(self) -> int:
+            return sum(t.trials for t in self.tallies)
 
         def apply(
             self,
@@ -313,18 +548,28 @@ def _tracking_classes() -> tuple[Any, Any, Any, Any]:
             tally = self.tallies[task_id]
             for result in runner_results:
                 tally.trials += 1
-                self.total_trials += 1
                 if result.error_msg is None and result.run_secs is not None:
                     secs = _median_secs(result.run_secs)
                     if secs < FAILED_RUN_SECS:
                         tally.valid += 1
                         tally.best = secs if tally.best is None else min(tally.best, secs)
-            tally.seconds += self.timeline.round_joined()
+            spent = self.timeline.round_joined()
+            tally.seconds += spent
+            tally.rounds += 1
+            tally.last_round_empty = len(runner_results) == 0
+            if tally.last_round_empty:
+                tally.empty_rounds += 1
+                tally.idle_seconds += spent
+            tally.history.append((tally.trials, tally.best))
             elapsed = self.timeline.last_event - self.timeline.start
-            if self.time_budget_s is not None and elapsed > self.time_budget_s:
+            if (
+                self.stop_after_budget
+                and self.time_budget_s is not None
+                and elapsed > self.time_budget_s
+            ):
                 self.budget_hit = True
-                _stop_idle_tasks(task_scheduler, task_id)
-            if self.progress is not None:
+                _stop_idle_tasks(task_scheduler, task_id, self.tallies)
+            if self.progress is not None and not tally.last_round_empty:
                 self.progress(
                     SearchProgress(
                         task_name=self.names[task_id],
@@ -336,7 +581,18 @@ def _tracking_classes() -> tuple[Any, Any, Any, Any]:
                     )
                 )
 
-    return _TimedBuilder, _TimedRunner, _CallbacksStart, _Tracker
+    @derived_object
+    class _EngineScheduler(PyTaskScheduler):
+        """MetaSchedule's task loop with tunecache's :class:`_Allocator` as ``next_task_id``."""
+
+        def __init__(self, allocator: _Allocator) -> None:
+            super().__init__()
+            self.allocator = allocator
+
+        def next_task_id(self) -> int:
+            return self.allocator.next_task(self._outer())
+
+    return _TimedBuilder, _TimedRunner, _CallbacksStart, _Tracker, _EngineScheduler
 
 
 def _quiet_console(logger_name: str) -> None:
@@ -348,7 +604,7 @@ def _quiet_console(logger_name: str) -> None:
             handler.setLevel(logging.WARNING)
 
 
-def _stop_idle_tasks(task_scheduler: Any, current: int) -> None:
+def _stop_idle_tasks(task_scheduler: Any, current: int, tallies: list[_TaskTally]) -> None:
     """Terminate the task being joined and every live task with no round in flight.
 
     A task whose round is in flight (``measure_candidates`` set) is left alone: terminating it
@@ -358,7 +614,108 @@ def _stop_idle_tasks(task_scheduler: Any, current: int) -> None:
         if record.is_terminated:
             continue
         if i == current or record.measure_candidates is None:
+            tallies[i].stop = STOP_TIME
             task_scheduler.terminate_task(i)
+
+
+
+
+def fixed_programs(context: Any) -> list[Any] | None:
+    """Return the distinct programs of a task whose design space is fixed, else ``None``.
+
+    A design space is fixed when none of its schedules holds a sampling instruction
+    (``Sample*``): then the evolutionary search can only ever propose the design spaces
+    themselves. Each is post-processed (as MetaSchedule does before building) and duplicates
+    are dropped by structural hash.
+
+    Parameters
+    ----------
+    context
+        A ``TuneContext`` with a space generator (``"post-order-apply"``).
+
+    Returns
+    -------
+    list of tvm.s_tir.Schedule or None
+        The post-processed schedules, one per distinct program; ``None`` if the space samples
+        or no schedule survives its postprocessors (left to the search, which reports it).
+    """
+    load_tvm()
+    import tvm_ffi
+
+    spaces = list(context.space_generator.generate_design_space(context.mod))
+    if not spaces:
+        return None
+    for sch in spaces:
+        if any(inst.kind.name.startswith("Sample") for inst in sch.trace.insts):
+            return None
+    postprocs = list(context.space_generator.postprocs or [])
+    programs: list[Any] = []
+    seen: set[int] = set()
+    for space in spaces:
+        sch = space.copy()
+        sch.enter_postproc()
+        if not all(p.apply(sch) for p in postprocs):
+            continue
+        h = int(tvm_ffi.structural_hash(sch.mod))
+        if h not in seen:
+            seen.add(h)
+            programs.append(sch)
+    return programs or None
+
+
+def _has_valid_record(database: Any, mod: Any) -> bool:
+    workload = database.commit_workload(mod)
+    for record in database.get_top_k(workload, 1):
+        if record.run_secs is not None and _median_secs(record.run_secs) < FAILED_RUN_SECS:
+            return True
+    return False
+
+
+def _measure_fixed(
+    fixed: dict[int, list[Any]],
+    contexts: list[Any],
+    tallies: list[_TaskTally],
+    target: Any,
+    database: Any,
+    builder: Any,
+    runner: Any,
+) -> None:
+    """Build and measure every fixed task's programs in one batch; commit them; fill tallies."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tunecache.search.measure import measure_mods
+
+    todo: list[tuple[int, Any]] = []
+    for i, programs in fixed.items():
+        if _has_valid_record(database, contexts[i].mod):
+            tallies[i].stop = STOP_STORED
+        else:
+            todo.extend((i, sch) for sch in programs)
+    if not todo:
+        return
+    start = time.perf_counter()
+    results = measure_mods([sch.mod for _, sch in todo], target, builder=builder, runner=runner)
+    share = (time.perf_counter() - start) / len(todo)
+    for (i, sch), res in zip(todo, results, strict=True):
+        run_secs = list(res.run_secs) if res.ok else [FAILED_RUN_SECS]
+        workload = database.commit_workload(contexts[i].mod)
+        database.commit_tuning_record(
+            ms.database.TuningRecord(
+                sch.trace,
+                workload,
+                run_secs,
+                target,
+                ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True),
+            )
+        )
+        tally = tallies[i]
+        tally.trials += 1
+        tally.seconds += share
+        tally.stop = STOP_TRIVIAL
+        if res.ok:
+            tally.valid += 1
+            secs = _median_secs(res.run_secs)
+            tally.best = secs if tally.best is None else min(tally.best, secs)
 
 
 def _validate(
@@ -366,6 +723,9 @@ def _validate(
     trials_per_task: int,
     max_trials_global: int | None,
     time_budget_s: float | None,
+    max_trials_per_task: int | None,
+    scheduler: str,
+    early_stopping: EarlyStopping | None,
 ) -> None:
     if not tasks:
         raise ConfigError("tune_tasks needs at least one task; got an empty list")
@@ -380,8 +740,17 @@ def _validate(
         raise ConfigError(f"trials_per_task must be >= 1, got {trials_per_task!r}")
     if max_trials_global is not None and max_trials_global < 1:
         raise ConfigError(f"max_trials_global must be >= 1 or None, got {max_trials_global!r}")
+    if max_trials_per_task is not None and max_trials_per_task < 1:
+        raise ConfigError(f"max_trials_per_task must be >= 1 or None, got {max_trials_per_task!r}")
     if time_budget_s is not None and not time_budget_s > 0:
         raise ConfigError(f"time_budget_s must be positive or None, got {time_budget_s!r}")
+    if scheduler not in SCHEDULERS:
+        raise ConfigError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+    if scheduler == "gradient" and early_stopping is not None:
+        raise ConfigError(
+            "early stopping needs scheduler='tunecache' (MetaSchedule's GradientBased scheduler "
+            "cannot skip a task in its first round-robin pass); pass early_stopping=None"
+        )
 
 
 def tune_tasks(
@@ -391,12 +760,17 @@ def tune_tasks(
     *,
     trials_per_task: int,
     max_trials_global: int | None = None,
+    max_trials_per_task: int | None = None,
     time_budget_s: float | None = None,
+    early_stopping: EarlyStopping | None = EarlyStopping(),
+    trivial_once: bool = True,
+    scheduler: str = "tunecache",
     seed: int | None = None,
     work_dir: str | os.PathLike[str],
     progress: Callable[[SearchProgress], None] | None = None,
     builder: Any = None,
     runner: Any = None,
+    cost_model: Any = None,
     num_threads: int | None = None,
     console_log: bool = False,
 ) -> list[TaskResult]:
@@ -413,27 +787,48 @@ def tune_tasks(
         A MetaSchedule ``Database`` (``ms.database.MemoryDatabase()``, a ``PyDatabase``, ...).
         Every measured candidate is committed to it, failures included with run time
         ``[1e10]`` (MetaSchedule's ``AddToDatabase`` behaviour). Records already in it for a
-        task's workload seed that task's first population.
+        task's workload seed that task's first population; a trivial task that already has a
+        valid record is not measured again (``stop_reason == "stored"``).
     trials_per_task
-        Most candidates measured per task; also sizes the search (:func:`search_sizing`).
+        Each task's nominal share: sizes the search (:func:`search_sizing`) and the default
+        global budget.
     max_trials_global
-        Most candidates measured in all; default ``trials_per_task * len(tasks)``.
+        Most candidates measured in all (trivial tasks included); default
+        ``trials_per_task * len(tasks)``. Checked before each round, so the last round may
+        overshoot it by less than one round.
+    max_trials_per_task
+        Most candidates one task may get. Default: ``max_trials_global`` when early stopping is
+        on (trials that converged tasks leave go to the others), else ``trials_per_task``.
     time_budget_s
-        Wall-clock budget in seconds, checked after every measured round: once exceeded, no
-        new round is started. Rounds already built and measured finish and are committed, so
-        the call can overrun by up to one round per task. During MetaSchedule's first pass (one
-        round per task, joined together) the budget is only seen after the pass.
+        Wall-clock budget in seconds, from this call's start (set-up and trivial tasks
+        included). With ``scheduler="tunecache"`` it is checked before every round: once spent,
+        no round starts, and the call ends after the round in flight (a task that has not had a
+        round by then gets none: ``stop_reason == "time budget"``, 0 trials). With
+        ``"gradient"`` it is checked after each joined round, and not during MetaSchedule's first
+        round-robin pass.
+    early_stopping
+        When a task counts as converged (:class:`EarlyStopping`); ``None`` turns it off.
+        Needs ``scheduler="tunecache"``.
+    trivial_once
+        Measure the programs of tasks with a fixed design space (no sampling instruction) once,
+        outside the search (:func:`fixed_programs`).
+    scheduler
+        ``"tunecache"`` (default): tunecache's task picker (see the module docstring).
+        ``"gradient"``: MetaSchedule's ``GradientBased`` scheduler, as stock ``tune_tasks`` runs.
     seed
         Seed for the search, the task scheduler and per-task random states (``None``: random).
         Measurement noise still feeds the cost model, so runs are not bit-identical.
     work_dir
         Directory for MetaSchedule's logs (``work_dir/logs``) and build artifacts.
     progress
-        Called with a :class:`SearchProgress` after every measured round.
+        Called with a :class:`SearchProgress` after every round that measured something (and
+        once per trivial task).
     builder, runner
         Override the defaults (:func:`~tunecache.search.measure.make_builder`,
         :func:`~tunecache.search.measure.make_runner`). Defaults created here are shut down
         on return; pass your own to reuse their worker processes (~3 s to start) across calls.
+    cost_model
+        Override MetaSchedule's XGBoost cost model (``CostModel.create("xgb")``).
     num_threads
         Threads for the search and the cost model; default the physical core count.
     console_log
@@ -443,7 +838,8 @@ def tune_tasks(
     Returns
     -------
     list[TaskResult]
-        One per task, in the order of ``tasks``.
+        One per task, in the order of ``tasks``: trials and seconds spent (the allocation), best
+        latency, whether the task was trivial and why it stopped.
 
     Raises
     ------
@@ -460,10 +856,24 @@ def tune_tasks(
     >>> results[0].valid_trials                                              # doctest: +SKIP
     64
     """
+    timeline = _Timeline()
     tasks = list(tasks)
-    _validate(tasks, trials_per_task, max_trials_global, time_budget_s)
+    _validate(
+        tasks,
+        trials_per_task,
+        max_trials_global,
+        time_budget_s,
+        max_trials_per_task,
+        scheduler,
+        early_stopping,
+    )
     n_global = trials_per_task * len(tasks) if max_trials_global is None else max_trials_global
+    if max_trials_per_task is None:
+        reallocate = early_stopping is not None and scheduler == "tunecache"
+        max_trials_per_task = n_global if reallocate else trials_per_task
+    per_task_cap = min(max_trials_per_task, n_global)
     sizing = search_sizing(trials_per_task)
+    deadline = None if time_budget_s is None else timeline.start + time_budget_s
 
     load_tvm(str(target.kind.name))
     from tvm.s_tir import meta_schedule as ms
@@ -510,36 +920,109 @@ def tune_tasks(
             ).clone()
         )
 
-    timeline = _Timeline()
-    timed_builder_cls, timed_runner_cls, callbacks_start_cls, tracker_cls = _tracking_classes()
+    tallies = [_TaskTally() for _ in tasks]
+    (
+        timed_builder_cls,
+        timed_runner_cls,
+        callbacks_start_cls,
+        tracker_cls,
+        engine_scheduler_cls,
+    ) = _tracking_classes()
     own_builder = builder is None
     inner_builder = (
         make_builder(artifact_dir=os.path.join(work, "artifacts")) if own_builder else builder
     )
     own_runner = runner is None
     inner_runner = make_runner() if own_runner else runner
-    tracker = tracker_cls(names, timeline, n_global, time_budget_s, progress)
-    callbacks = [
-        callbacks_start_cls(timeline),
-        *ms.measure_callback.MeasureCallback.create("default"),
-        tracker,
-    ]
-    scheduler_seed = -1 if seed is None else int(seed) % (2**31 - 1) + 1
+    fixed: dict[int, list[Any]] = {}
+
+    def out_of_time() -> bool:
+        return deadline is not None and time.perf_counter() >= deadline
+
     try:
-        ms.tune.tune_tasks(
-            tasks=contexts,
-            task_weights=[float(t.weight) for t in tasks],
-            work_dir=work,
-            max_trials_global=n_global,
-            max_trials_per_task=trials_per_task,
-            num_trials_per_iter=sizing.num_trials_per_iter,
-            builder=timed_builder_cls(inner_builder, timeline),
-            runner=timed_runner_cls(inner_runner, timeline),
-            database=database,
-            cost_model=ms.cost_model.CostModel.create("xgb", num_tuning_cores=threads),
-            measure_callbacks=callbacks,
-            task_scheduler=ms.task_scheduler.GradientBased(seed=scheduler_seed),
-        )
+        if trivial_once and not out_of_time():
+            for i, ctx in enumerate(contexts):
+                programs = fixed_programs(ctx)
+                if programs is not None:
+                    fixed[i] = programs
+        if fixed and not out_of_time():
+            _measure_fixed(
+                fixed, contexts, tallies, target, database, inner_builder, inner_runner
+            )
+            if progress is not None:
+                for i in fixed:
+                    progress(
+                        SearchProgress(
+                            task_name=names[i],
+                            task_trials=tallies[i].trials,
+                            total_trials=sum(t.trials for t in tallies),
+                            max_trials=n_global,
+                            elapsed_s=time.perf_counter() - timeline.start,
+                            best_latency_s=tallies[i].best,
+                        )
+                    )
+        searched = [i for i in range(len(tasks)) if i not in fixed]
+        spent = sum(t.trials for t in tallies)
+        if out_of_time():
+            for tally in tallies:
+                tally.stop = tally.stop or STOP_TIME
+            searched = []
+        if searched and spent < n_global:
+            task_cap = min(per_task_cap, n_global - spent)
+            sub_tallies = [tallies[i] for i in searched]
+            weights = [float(tasks[i].weight) for i in searched]
+            tracker = tracker_cls(
+                [names[i] for i in searched],
+                sub_tallies,
+                timeline,
+                n_global,
+                time_budget_s,
+                progress,
+                scheduler == "gradient",
+            )
+            if scheduler == "gradient":
+                scheduler_seed = -1 if seed is None else int(seed) % (2**31 - 1) + 1
+                task_scheduler = ms.task_scheduler.GradientBased(seed=scheduler_seed)
+            else:
+                window = 2 * sizing.num_trials_per_iter
+                if early_stopping is not None and early_stopping.window_trials is not None:
+                    window = early_stopping.window_trials
+                task_scheduler = engine_scheduler_cls(
+                    _Allocator(
+                        sub_tallies,
+                        weights,
+                        max_trials_per_task=task_cap,
+                        max_trials_global=n_global - spent,
+                        deadline=deadline,
+                        early_stopping=early_stopping,
+                        window_trials=window,
+                        grad_window=3 * sizing.num_trials_per_iter,
+                    )
+                )
+            callbacks = [
+                callbacks_start_cls(timeline),
+                *ms.measure_callback.MeasureCallback.create("default"),
+                tracker,
+            ]
+            timeline.restart()
+            ms.tune.tune_tasks(
+                tasks=[contexts[i] for i in searched],
+                task_weights=weights,
+                work_dir=work,
+                max_trials_global=n_global - spent,
+                max_trials_per_task=task_cap,
+                num_trials_per_iter=sizing.num_trials_per_iter,
+                builder=timed_builder_cls(inner_builder, timeline),
+                runner=timed_runner_cls(inner_runner, timeline),
+                database=database,
+                cost_model=cost_model
+                if cost_model is not None
+                else ms.cost_model.CostModel.create("xgb", num_tuning_cores=threads),
+                measure_callbacks=callbacks,
+                task_scheduler=task_scheduler,
+            )
+    except ConfigError:
+        raise
     except Exception as err:  # TVM raises its own error types; convert at the boundary
         raise TuningError(
             f"MetaSchedule tuning failed for tasks {names} on target {target}: {err}. "
@@ -550,6 +1033,17 @@ def tune_tasks(
             inner_builder.close()
         if own_runner:
             inner_runner.pool.shutdown(wait=True)  # LocalRunner keeps one worker process
+    total = sum(t.trials for t in tallies)
+    for tally in tallies:
+        if tally.stop is None:
+            if tally.trials >= per_task_cap:
+                tally.stop = STOP_TASK_CAP
+            elif total >= n_global:
+                tally.stop = STOP_GLOBAL_CAP
+            elif tally.last_round_empty:
+                tally.stop = STOP_EXHAUSTED
+            else:
+                tally.stop = STOP_ENDED
     return [
         TaskResult(
             name=name,
@@ -557,6 +1051,11 @@ def tune_tasks(
             valid_trials=tally.valid,
             seconds=tally.seconds,
             best_latency_s=tally.best,
+            trivial=i in fixed,
+            rounds=tally.rounds,
+            empty_rounds=tally.empty_rounds,
+            idle_seconds=tally.idle_seconds,
+            stop_reason=tally.stop,
         )
-        for name, tally in zip(names, tracker.tallies, strict=True)
+        for i, (name, tally) in enumerate(zip(names, tallies, strict=True))
     ]

@@ -114,6 +114,7 @@ def search_misses(
     for t, r in zip(tasks, results):
         if r.valid_trials > 0:
             out[t.key] = MissOutcome("tuned", r.trials, r.seconds, note="full search")
+            store.mark_done(t.key, hardware)  # a warm treats this task as done
         else:
             why = "no candidate built and ran" if r.trials else "the budget ran out before this task was measured"
             out[t.key] = MissOutcome("fallback", r.trials, r.seconds, note=why)

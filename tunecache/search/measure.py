@@ -13,6 +13,9 @@ out and tuning stores nothing (see ``shared/TVM_NOTES.md``). This module provide
   (``number=3, repeat=1, min_repeat_ms=0``). Its single worker process is started once and kept
   (LocalRunner reuses it across calls); it imports TVM but not the tensor intrinsics, which only
   ``TuneContext`` and ``LocalBuilder``'s default build function import.
+- :func:`measure_mods`: build a list of scheduled modules with such a builder (in parallel) and
+  run them with such a runner, outside MetaSchedule's task loop (trivial tasks, re-measurement).
+  Results are frozen :class:`Measurement` values; a candidate's failure is one of them.
 
 Nothing here imports TVM at module import time.
 """
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +42,11 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = [
     "DEFAULT_BUILD_TIMEOUT_S",
     "DEFAULT_RUN_TIMEOUT_S",
+    "Measurement",
     "default_build_workers",
     "make_builder",
     "make_runner",
+    "measure_mods",
 ]
 
 #: Seconds one candidate may take to compile in a warm worker (a matmul takes 0.05-0.3 s).
@@ -334,3 +340,75 @@ def make_runner(
             f"`{sys.executable} -m tvm.exec.popen_worker` can start (TVM installed, memory free)"
         ) from err
     return runner
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One candidate built and run outside MetaSchedule's task loop.
+
+    Attributes
+    ----------
+    run_secs
+        The runner's run times (one per evaluator repeat, each averaged over ``number`` runs);
+        empty when the candidate failed.
+    error
+        Why it failed to build or run, else ``None``.
+    """
+
+    run_secs: tuple[float, ...]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the candidate built and ran."""
+        return self.error is None and bool(self.run_secs)
+
+
+def measure_mods(mods: Sequence[Any], target: Any, *, builder: Any, runner: Any) -> list[Measurement]:
+    """Build ``mods`` with ``builder`` (all at once: in parallel in its workers) and run the ones
+    that built with ``runner``; return one :class:`Measurement` per module, in order.
+
+    Parameters
+    ----------
+    mods
+        Scheduled ``IRModule`` values (a ``Schedule``'s ``mod`` after its postprocessors).
+    target
+        The ``tvm.target.Target`` to build for.
+    builder, runner
+        A MetaSchedule ``Builder`` and ``Runner`` (:func:`make_builder`, :func:`make_runner`).
+        Build artifacts are deleted once measured.
+
+    Returns
+    -------
+    list of Measurement
+    """
+    load_tvm(str(target.kind.name))
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    if not mods:
+        return []
+    device_type = {"llvm": "cpu"}.get(str(target.kind.name), str(target.kind.name))
+    built = builder.build([BuilderInput(m, target) for m in mods])
+    out: list[Measurement] = [Measurement((), str(b.error_msg)) for b in built]
+    ran: list[int] = []
+    inputs = []
+    for i, (mod, result) in enumerate(zip(mods, built, strict=True)):
+        if result.error_msg is None:
+            ran.append(i)
+            args_info = ArgInfo.from_entry_func(mod, remove_preproc=True)
+            inputs.append(RunnerInput(str(result.artifact_path), device_type, args_info))
+    try:
+        futures = runner.run(inputs) if inputs else []
+        for i, future in zip(ran, futures, strict=True):
+            res = future.result()
+            if res.error_msg is not None or res.run_secs is None:
+                out[i] = Measurement((), str(res.error_msg or "runner returned no run time"))
+            else:
+                out[i] = Measurement(tuple(float(x) for x in res.run_secs), None)
+    finally:
+        for result in built:
+            if result.artifact_path is not None:
+                shutil.rmtree(os.path.dirname(str(result.artifact_path)), ignore_errors=True)
+    return out

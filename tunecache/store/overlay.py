@@ -58,6 +58,21 @@ class OverlayStore:
     def mark_stale(self, uids: Iterable[str], stale: bool = True) -> None:
         self.overlay.mark_stale(uids, stale)
 
+    def claim(self, workload: WorkloadKey, hardware: HardwareKey, holder: str, lease_s: float, **kw: Any) -> bool:
+        return self.overlay.claim(workload, hardware, holder, lease_s, **kw)
+
+    def release(self, workload: WorkloadKey, hardware: HardwareKey, holder: str) -> None:
+        self.overlay.release(workload, hardware, holder)
+
+    def mark_done(self, workload: WorkloadKey, hardware: HardwareKey, holder: str = "") -> None:
+        self.overlay.mark_done(workload, hardware, holder)
+
+    def is_done(self, workload: WorkloadKey, hardware: HardwareKey) -> bool:
+        return self.overlay.is_done(workload, hardware) or self.base.is_done(workload, hardware)
+
+    def claim_holder(self, workload: WorkloadKey, hardware: HardwareKey) -> str | None:
+        return self.overlay.claim_holder(workload, hardware)
+
     # reads: both
     def has_workload(self, key: WorkloadKey) -> bool:
         return self.overlay.has_workload(key) or self.base.has_workload(key)
@@ -95,8 +110,8 @@ class OverlayStore:
     def explain_miss(self, workload: WorkloadKey, hardware: HardwareKey) -> MissExplanation:
         return explain_miss(hardware, self.hardware_keys(workload))
 
-    def count_records(self, hardware: HardwareKey | None = None) -> int:
-        return self.overlay.count_records(hardware) + self.base.count_records(hardware)
+    def count_records(self, hardware: HardwareKey | None = None, *, workload: WorkloadKey | None = None) -> int:
+        return self.overlay.count_records(hardware, workload=workload) + self.base.count_records(hardware, workload=workload)
 
     def stats(self) -> StoreStats:
         return self.overlay.stats()

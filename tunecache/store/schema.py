@@ -108,3 +108,6 @@ class ClaimRow(Base):
     holder: Mapped[str] = mapped_column(String(256))
     claimed_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
+    #: The task's search finished (its budget was spent or it converged): a resumed warm treats
+    #: it as a hit; a task with records but no done mark was interrupted and is resumed.
+    done: Mapped[bool] = mapped_column(Boolean, default=False)

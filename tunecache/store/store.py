@@ -276,12 +276,20 @@ class Store:
             insp_tables = self._engine.dialect.has_table(sess.connection(), MetaRow.__tablename__)
             if not insp_tables:
                 return None
-            return _read_version(sess) or 0
+            # Tables without a version row: another process is creating the schema right now
+            # (SQLite commits each CREATE TABLE on its own); create it too, idempotently.
+            return _read_version(sess)
 
         try:
             version = self._run(probe, write=False)
         except StoreError as err:
             raise StoreError(f"cannot open store {self.display_url}: {err}") from err
+        if version is None and self.read_only:
+            for _ in range(50):  # a writer may be creating it: give it a moment
+                time.sleep(0.1)
+                version = self._run(probe, write=False)
+                if version is not None:
+                    break
         if version is None:
             if self.read_only or not create:
                 raise StoreError(
@@ -505,11 +513,14 @@ class Store:
 
     # -- task claims (leases) -----------------------------------------------------------------
 
-    def claim(self, workload: WorkloadKey, hardware: HardwareKey, holder: str, lease_s: float) -> bool:
+    def claim(
+        self, workload: WorkloadKey, hardware: HardwareKey, holder: str, lease_s: float, *, steal_from: str | None = None
+    ) -> bool:
         """Claim tuning ``workload`` on ``hardware`` for ``lease_s`` seconds; renew if held.
 
-        Returns ``True`` when ``holder`` now holds the lease: it was free, expired, or already
-        ``holder``'s. Atomic across processes and machines sharing the store.
+        Returns ``True`` when ``holder`` now holds the lease: it was free, expired, already
+        ``holder``'s, or held by ``steal_from`` (a holder known to be dead). Atomic across
+        processes and machines sharing the store.
         """
         key = f"{hardware.id}:{workload.shash}"
 
@@ -522,7 +533,9 @@ class Store:
                 return True
             res = sess.execute(
                 update(ClaimRow)
-                .where(ClaimRow.key == key, (ClaimRow.expires_at < now) | (ClaimRow.holder == holder))
+                .where(ClaimRow.key == key, ClaimRow.done.is_(False),
+                       (ClaimRow.expires_at < now) | (ClaimRow.holder == holder)
+                       | (ClaimRow.holder == (steal_from if steal_from is not None else holder)))
                 .values(holder=holder, claimed_at=now, expires_at=now + lease_s)
             )
             return bool(res.rowcount)
@@ -532,7 +545,30 @@ class Store:
     def release(self, workload: WorkloadKey, hardware: HardwareKey, holder: str) -> None:
         """Give up ``holder``'s claim (no-op if it does not hold it)."""
         key = f"{hardware.id}:{workload.shash}"
-        self._run(lambda s: s.execute(delete(ClaimRow).where(ClaimRow.key == key, ClaimRow.holder == holder)), write=True)
+        self._run(
+            lambda s: s.execute(
+                delete(ClaimRow).where(ClaimRow.key == key, ClaimRow.holder == holder, ClaimRow.done.is_(False))
+            ),
+            write=True,
+        )
+
+    def mark_done(self, workload: WorkloadKey, hardware: HardwareKey, holder: str = "") -> None:
+        """Record that the search of ``workload`` on ``hardware`` finished (and drop any lease)."""
+        key = f"{hardware.id}:{workload.shash}"
+
+        def do(sess: Session) -> None:
+            now = time.time()
+            if not self._insert_ignore(
+                sess, ClaimRow, dict(key=key, holder=holder, claimed_at=now, expires_at=now, done=True), ["key"]
+            ):
+                sess.execute(update(ClaimRow).where(ClaimRow.key == key).values(done=True, expires_at=now))
+
+        self._run(do, write=True)
+
+    def is_done(self, workload: WorkloadKey, hardware: HardwareKey) -> bool:
+        """Return whether a finished search of the task was recorded."""
+        key = f"{hardware.id}:{workload.shash}"
+        return bool(self._run(lambda s: (r := s.get(ClaimRow, key)) is not None and r.done, write=False))
 
     def claim_holder(self, workload: WorkloadKey, hardware: HardwareKey) -> str | None:
         """Return who holds a live claim on the task, or ``None``."""
@@ -657,13 +693,18 @@ class Store:
             return MissExplanation(("records exist but none is valid and fresh (all failed or stale)",), expl.closest)
         return expl
 
-    def count_records(self, hardware: HardwareKey | None = None) -> int:
-        """Return the number of records (for one hardware key, if given)."""
+    def count_records(self, hardware: HardwareKey | None = None, *, workload: WorkloadKey | None = None) -> int:
+        """Return the number of records (for one hardware key and/or workload, if given)."""
 
         def do(sess: Session) -> int:
             q = select(func.count()).select_from(RecordRow)
             if hardware is not None:
                 q = q.where(RecordRow.hardware_id == hardware.id)
+            if workload is not None:
+                wid = self._workload_id(sess, workload)
+                if wid is None:
+                    return 0
+                q = q.where(RecordRow.workload_id == wid)
             return int(sess.scalar(q) or 0)
 
         return self._run(do, write=False)

@@ -1,0 +1,360 @@
+"""tunecache's search engine: trivial tasks once, converged tasks stop, re-measured bests.
+
+The allocation tests drive the task picker with a fake scheduler (no TVM). The TVM tests use
+small TE workloads: one real search shared by several tests, and one search with a
+deterministic fake runner (latencies fixed per task) so that which task converges is not left
+to measurement noise. Builds are real throughout. No timing asserts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tunecache.errors import ConfigError
+from tunecache.search.full import (
+    STOP_CONVERGED,
+    STOP_EXHAUSTED,
+    STOP_TIME,
+    STOP_TRIVIAL,
+    EarlyStopping,
+    FullSearchTask,
+    _Allocator,
+    _TaskTally,
+    fixed_programs,
+    tune_tasks,
+)
+from tunecache.search.measure import make_builder, make_runner
+from tunecache.tvm_layer import load_tvm
+
+# -- the task picker, with a fake MetaSchedule scheduler ---------------------------------------
+
+
+@dataclass
+class _FakeRecord:
+    flop: float
+    is_terminated: bool = False
+    runner_futures: Any = None
+
+
+@dataclass
+class _FakeScheduler:
+    tasks_: list[_FakeRecord]
+    joined: list[int] = field(default_factory=list)
+
+    def join_running_task(self, i: int) -> None:
+        self.joined.append(i)
+        self.tasks_[i].runner_futures = None
+
+    def terminate_task(self, i: int) -> None:
+        assert not self.tasks_[i].is_terminated
+        self.tasks_[i].is_terminated = True
+
+
+def _round(tally: _TaskTally, n: int, best: float | None) -> None:
+    tally.trials += n
+    tally.rounds += 1
+    tally.best = best if tally.best is None or best is None else min(tally.best, best)
+    tally.last_round_empty = n == 0
+    tally.history.append((tally.trials, tally.best))
+
+
+def _allocator(tallies: list[_TaskTally], weights: list[float], **kw: Any) -> _Allocator:
+    args: dict[str, Any] = dict(
+        max_trials_per_task=1000,
+        max_trials_global=1000,
+        deadline=None,
+        early_stopping=EarlyStopping(min_improvement=0.02),
+        window_trials=8,
+        grad_window=24,
+    )
+    args.update(kw)
+    return _Allocator(tallies, weights, **args)
+
+
+def test_fresh_tasks_first_heaviest_first() -> None:
+    tallies = [_TaskTally() for _ in range(3)]
+    sched = _FakeScheduler([_FakeRecord(1e3), _FakeRecord(1e6), _FakeRecord(1e5)])
+    alloc = _allocator(tallies, [1.0, 1.0, 20.0])
+    assert alloc.next_task(sched) == 2  # 20 * 1e5 > 1 * 1e6
+    _round(tallies[2], 8, 1e-3)
+    assert alloc.next_task(sched) == 1
+    _round(tallies[1], 8, 1e-3)
+    assert alloc.next_task(sched) == 0
+
+
+def test_converged_task_stops_and_its_trials_go_to_the_other() -> None:
+    small, big = _TaskTally(), _TaskTally()
+    sched = _FakeScheduler([_FakeRecord(1e3), _FakeRecord(1e6)])
+    alloc = _allocator([small, big], [1.0, 4.0], max_trials_global=64)
+    _round(small, 8, 1e-4)
+    _round(big, 8, 1e-3)
+    _round(small, 8, 0.99e-4)  # 1% better over the last 8 trials: converged
+    picks = []
+    for _ in range(10):
+        i = alloc.next_task(sched)
+        if i < 0:
+            break
+        picks.append(i)
+        _round(big, 8, big.best * 0.9)
+    assert small.stop == STOP_CONVERGED and sched.tasks_[0].is_terminated
+    assert set(picks) == {1}
+    assert small.trials + big.trials == 64  # the global cap, all of the rest to the big task
+
+
+def test_weighted_gradient_prefers_more_weighted_latency() -> None:
+    a, b = _TaskTally(), _TaskTally()
+    sched = _FakeScheduler([_FakeRecord(1e6), _FakeRecord(1e6)])
+    alloc = _allocator([a, b], [1.0, 3.0], early_stopping=None)
+    _round(a, 8, 2e-3)
+    _round(b, 8, 1e-3)
+    assert alloc.next_task(sched) == 1  # 3 * 1e-3 > 1 * 2e-3
+
+
+def test_empty_round_exhausts_and_deadline_stops_everything() -> None:
+    a, b = _TaskTally(), _TaskTally()
+    sched = _FakeScheduler([_FakeRecord(1e6), _FakeRecord(1e6, runner_futures=[object()])])
+    now = [0.0]
+    alloc = _allocator([a, b], [1.0, 1.0], deadline=10.0, clock=lambda: now[0])
+    _round(a, 8, 1e-3)
+    _round(a, 0, None)
+    assert alloc.next_task(sched) == 1
+    assert a.stop == STOP_EXHAUSTED and sched.joined == [1]  # round in flight joined first
+    now[0] = 11.0
+    assert alloc.next_task(sched) == -1
+    assert b.stop == STOP_TIME
+
+
+def test_early_stopping_arguments_are_checked() -> None:
+    with pytest.raises(ConfigError, match="min_improvement"):
+        EarlyStopping(min_improvement=1.5)
+    with pytest.raises(ConfigError, match="window_trials"):
+        EarlyStopping(window_trials=0)
+    with pytest.raises(ConfigError, match="early stopping needs"):
+        tune_tasks(
+            [FullSearchTask("a", None)],
+            None,
+            None,
+            trials_per_task=4,
+            work_dir="/tmp",
+            scheduler="gradient",
+        )
+
+
+# -- real TVM -----------------------------------------------------------------------------------
+
+
+def _prim(tvm: Any, tensors: list[Any]) -> Any:
+    from tvm import te
+
+    return tvm.IRModule({"main": te.create_prim_func(tensors)})
+
+
+def _matmul(n: int) -> Any:
+    tvm = load_tvm("llvm")
+    from tvm import te
+
+    a = te.placeholder((n, n), name="A", dtype="float32")
+    b = te.placeholder((n, n), name="B", dtype="float32")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return _prim(tvm, [a, b, c])
+
+
+def _elementwise() -> dict[str, Any]:
+    tvm = load_tvm("llvm")
+    from tvm import te, topi
+
+    a = te.placeholder((64, 256), name="A", dtype="float32")
+    b = te.placeholder((64, 256), name="B", dtype="float32")
+    return {
+        "add": _prim(tvm, [a, b, te.compute(a.shape, lambda i, j: a[i, j] + b[i, j], name="C")]),
+        "relu": _prim(tvm, [a, topi.nn.relu(a)]),
+        "reshape": _prim(tvm, [a, topi.reshape(a, (128, 128))]),
+    }
+
+
+@pytest.fixture(scope="module")
+def target() -> Any:
+    tvm = load_tvm("llvm")
+    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    return tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": cpu})
+
+
+@pytest.fixture(scope="module")
+def builder(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    b = make_builder(max_workers=2, artifact_dir=tmp_path_factory.mktemp("artifacts"))
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def runner() -> Any:
+    r = make_runner()
+    yield r
+    r.pool.shutdown(wait=True)
+
+
+@pytest.fixture(scope="module")
+def tuned(target: Any, builder: Any, runner: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Three elementwise tasks and a 64x64 matmul tuned into a store with the engine."""
+    from tunecache.store import Store
+    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.convert import workload_of
+    from tunecache.tvm_layer.target import hardware_key
+
+    store = Store("memory")
+    hw = hardware_key(target)
+    mods = {**_elementwise(), "matmul": _matmul(64)}
+    tasks = [FullSearchTask(name, mod, 2.0 if name == "matmul" else 1.0) for name, mod in mods.items()]
+    db = make_database(store, hw, target)
+    results = tune_tasks(
+        tasks,
+        target,
+        db,
+        trials_per_task=12,
+        max_trials_global=16,
+        seed=5,
+        work_dir=tmp_path_factory.mktemp("work"),
+        builder=builder,
+        runner=runner,
+    )
+    keys = {name: workload_of(mod)[0] for name, mod in mods.items()}
+    return {"store": store, "hw": hw, "mods": mods, "keys": keys, "results": {r.name: r for r in results}}
+
+
+@pytest.mark.tvm
+def test_fixed_design_spaces_are_found(target: Any) -> None:
+    from tvm.s_tir import meta_schedule as ms
+
+    def programs(mod: Any) -> Any:
+        ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             search_strategy="evolutionary", task_name="t")  # fmt: skip
+        return fixed_programs(ctx)
+
+    for name, mod in _elementwise().items():
+        found = programs(mod)
+        assert found is not None and len(found) == 1, name
+    assert programs(_matmul(64)) is None
+
+
+@pytest.mark.tvm
+def test_trivial_tasks_get_exactly_one_measurement(tuned: dict[str, Any]) -> None:
+    store, hw = tuned["store"], tuned["hw"]
+    for name in ("add", "relu", "reshape"):
+        r = tuned["results"][name]
+        assert (r.trivial, r.trials, r.valid_trials, r.rounds) == (True, 1, 1, 0), r
+        assert r.stop_reason == STOP_TRIVIAL
+        assert r.best_latency_s is not None and r.best_latency_s > 0
+        assert len(store.records(workload=tuned["keys"][name], hardware=hw)) == 1
+    mm = tuned["results"]["matmul"]
+    assert not mm.trivial and mm.trials == 16 - 3  # the rest of the global budget
+    assert mm.valid_trials == mm.trials and mm.empty_rounds == 0
+    assert len(store.records(workload=tuned["keys"]["matmul"], hardware=hw)) == mm.trials
+
+
+@pytest.mark.tvm
+def test_stored_trivial_task_is_not_measured_again(
+    tuned: dict[str, Any], target: Any, builder: Any, runner: Any, tmp_path: Path
+) -> None:
+    from tunecache.store.adapter import make_database
+
+    db = make_database(tuned["store"], tuned["hw"], target)
+    [r] = tune_tasks([FullSearchTask("add", tuned["mods"]["add"])], target, db,
+                     trials_per_task=4, work_dir=tmp_path, builder=builder, runner=runner)  # fmt: skip
+    assert (r.trivial, r.trials, r.stop_reason) == (True, 0, "stored")
+
+
+@pytest.mark.tvm
+def test_lucky_record_is_corrected_by_remeasure(tuned: dict[str, Any], target: Any) -> None:
+    from tunecache.search.remeasure import remeasure, remeasure_best
+    from tunecache.store.records import Provenance, Record
+
+    store, hw, key, mod = tuned["store"], tuned["hw"], tuned["keys"]["matmul"], tuned["mods"]["matmul"]
+    # The untuned program (an empty trace: serial loops) with a lucky 1 ns measurement.
+    lucky = Record(workload=key, hardware=hw, trace=[[], []], run_secs=(1e-9,), latency_s=1e-9,
+                   provenance=Provenance(kind="tuned"))  # fmt: skip
+    store.commit_record(lucky)
+    assert store.best_k(key, hw, 1)[0].uid == lucky.uid
+
+    done = remeasure_best(store, hw, key, mod, target, k=2, repeats=5)
+    by_uid = {d.uid: d for d in done}
+    assert by_uid[lucky.uid].remeasurement is not None
+    assert by_uid[lucky.uid].remeasurement.median_s > 1e-6
+    best = store.best_k(key, hw, 2)
+    assert lucky.uid not in {r.uid for r in best}
+    assert all(r.cv is not None and r.uid in by_uid for r in best)  # the top 2 are re-measured
+    [again] = [r for r in store.records(workload=key, hardware=hw) if r.uid == lucky.uid]
+    assert again.run_secs == (1e-9,) and again.latency_s == by_uid[lucky.uid].remeasurement.median_s
+
+    one = remeasure(mod, best[0].trace, target, repeats=4, number=2)
+    assert len(one.samples) == 4 and one.median_s > 0 and one.cv >= 0
+
+
+def _fake_runner_class() -> Any:
+    """A runner whose latencies are fixed per task: 16x16 matmul always 2 ms (converged at
+    once); 64x64 matmul 1 ms, 3% better at every candidate (never converges)."""
+    load_tvm()
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
+
+    @derived_object
+    class FakeRunner(PyRunner):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def run(self, runner_inputs: Any) -> Any:
+            futures = []
+            for inp in runner_inputs:
+                n = int(inp.args_info[0].shape[0])
+                if n == 16:
+                    secs = 2e-3
+                else:
+                    secs = 1e-3 * 0.97**self.calls
+                    self.calls += 1
+                result = RunnerResult([secs], None)
+                futures.append(RunnerFuture(lambda: True, lambda r=result: r))
+            return futures
+
+    return FakeRunner
+
+
+@pytest.mark.tvm
+def test_early_stopping_hands_trials_to_the_heavier_task(
+    target: Any, builder: Any, tmp_path: Path
+) -> None:
+    from tvm.s_tir import meta_schedule as ms
+
+    fake = _fake_runner_class()
+    tasks = [FullSearchTask("small", _matmul(16), 1.0), FullSearchTask("big", _matmul(64), 4.0)]
+    runs = {}
+    for label, es in (("on", EarlyStopping(min_improvement=0.02, window_trials=8)), ("off", None)):
+        results = tune_tasks(tasks, target, ms.database.MemoryDatabase(), trials_per_task=16,
+                             max_trials_global=48, early_stopping=es, seed=1,
+                             work_dir=tmp_path / label, builder=builder, runner=fake())  # fmt: skip
+        runs[label] = {r.name: r for r in results}
+    on, off = runs["on"], runs["off"]
+    assert on["small"].stop_reason == STOP_CONVERGED
+    assert on["small"].trials < 48  # stopped before its cap (the global budget)
+    assert on["big"].trials > 48 // 2  # beyond an even split
+    assert on["small"].trials + on["big"].trials == 48
+    assert on["big"].trials > off["big"].trials  # off: each task capped at trials_per_task
+    assert off["big"].trials == off["small"].trials == 16
+
+
+@pytest.mark.tvm
+def test_time_budget_counts_before_every_round(
+    target: Any, builder: Any, runner: Any, tmp_path: Path
+) -> None:
+    from tvm.s_tir import meta_schedule as ms
+
+    db = ms.database.MemoryDatabase()
+    tasks = [FullSearchTask("matmul", _matmul(32)), FullSearchTask("add", _elementwise()["add"])]
+    results = tune_tasks(tasks, target, db, trials_per_task=16, time_budget_s=1e-3,
+                         work_dir=tmp_path, builder=builder, runner=runner)  # fmt: skip
+    assert [(r.trials, r.stop_reason) for r in results] == [(0, STOP_TIME), (0, STOP_TIME)]
+    assert len(db.get_all_tuning_records()) == 0

@@ -1,0 +1,117 @@
+"""tunecache warm: shared tasks tuned once, all hits the second time, resumable after SIGKILL,
+two warmers on one store never tune a task twice, and the dry run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tunecache.store import Store
+
+pytestmark = pytest.mark.tvm
+HERE = Path(__file__).parent
+MODELS = [f"{HERE / '_warm_models.py'}:model_a", f"{HERE / '_warm_models.py'}:model_b"]
+BUDGET = 8
+
+
+def _warm(db: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tunecache.cli", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
+                           "--reuse-budget", "4", "--seed", "1", "--json", *extra],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _per_task_records(db: Path) -> dict[str, int]:
+    s = Store(str(db))
+    counts: dict[str, int] = {}
+    for r in s.records():
+        counts[r.workload.shash] = counts.get(r.workload.shash, 0) + 1
+    return counts
+
+
+def test_shared_tasks_are_tuned_once_and_a_second_warm_is_all_hits(tmp_path: Path) -> None:
+    db = tmp_path / "w.db"
+    first = _warm(db)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rep = json.loads(first.stdout)
+    steps = rep["steps"]
+    assert len({s["workload"] for s in steps}) == len(steps)  # each distinct task once
+    assert len(steps) == 3  # model_a and model_b share their first layer
+    assert all(s["outcome"] in ("tuned", "reused") for s in steps)
+    assert all(0 < n <= BUDGET for n in _per_task_records(db).values())
+    second = _warm(db)
+    rep2 = json.loads(second.stdout)
+    assert rep2["trials"] == 0 and rep2["steps"] == [] and len(rep2["hits"]) == 3
+
+
+def test_killed_warm_resumes_without_tuning_anything_twice(tmp_path: Path) -> None:
+    db = tmp_path / "w.db"
+    cmd = [sys.executable, "-m", "tunecache.cli", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
+           "--seed", "2", "--no-bridges"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Kill as soon as the first task is committed: others are in flight or not started.
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:
+        done = sum(1 for _ in Store(str(db)).records()) if db.exists() else 0
+        if done > 0:
+            break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    before = _per_task_records(db)
+    assert before, "the warm was killed before committing anything"
+    second = _warm(db, "--no-bridges")
+    assert second.returncode == 0, second.stderr[-3000:]
+    after = _per_task_records(db)
+    assert len(after) == 3  # none lost
+    assert all(n <= BUDGET for n in after.values())  # none tuned twice: resumed with what was left
+    s = Store(str(db))
+    from tunecache.tvm_layer.target import hardware_key
+
+    hw = hardware_key(None)
+    assert all(s.is_done(r.workload, hw) for r in s.records())
+
+
+def test_two_warmers_share_the_work(tmp_path: Path) -> None:
+    db = tmp_path / "w.db"
+    Store(str(db)).close()
+    cmd = [sys.executable, "-m", "tunecache.cli", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
+           "--no-bridges", "--json"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    reps = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        reps.append(json.loads(out))
+    counts = _per_task_records(db)
+    assert len(counts) == 3 and all(0 < n <= BUDGET for n in counts.values())
+    searched = [s["workload"] for r in reps for s in r["steps"] if s["trials"] > 0]
+    assert len(searched) == len(set(searched)) == 3  # every task searched by exactly one warmer
+
+
+def test_dry_run_prints_the_plan_and_measures_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "w.db"
+    out = subprocess.run([sys.executable, "-m", "tunecache.cli", "warm", *MODELS, "--db", str(db), "--dry-run"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "trials estimated vs" in out.stdout and "dry run" in out.stdout
+    assert Store(str(db)).count_records() == 0
+
+
+def test_zoo_file(tmp_path: Path) -> None:
+    from tunecache.errors import ConfigError
+    from tunecache.warm import load_zoo_file
+
+    z = tmp_path / "zoo.toml"
+    z.write_text('targets = ["llvm"]\n[[model]]\nname = "bert_base"\nseq_len = 64\n'
+                 f'[[model]]\nfactory = "{HERE / "_warm_models.py"}:model_a"\n')
+    specs, targets = load_zoo_file(z)
+    assert specs[0] == "bert_base:seq_len=64" and specs[1].endswith("_warm_models.py:model_a") and targets == ["llvm"]
+    z.write_text("[[model]]\nsize = 3\n")
+    with pytest.raises(ConfigError, match="name, onnx, factory"):
+        load_zoo_file(z)
