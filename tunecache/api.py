@@ -153,7 +153,9 @@ def compile(  # noqa: A001 - the product's verb
     searched: dict[Any, Any] = {}
     tuning_s = 0.0
     if misses and tune != "never":
-        searched, tuning_s = _search(misses, tgt, st, hw, trials_per_task, time_budget_s, seed, work_dir, progress)
+        # "always" re-tunes tasks that have records: full search (seeded by those records).
+        searched, tuning_s = _search(misses, tgt, st, hw, trials_per_task, time_budget_s, seed, work_dir, progress,
+                                     reuse=tune != "always")
 
     # 4. build with the best programs the store now has
     from tunecache.store.adapter import make_database
@@ -174,7 +176,7 @@ def compile(  # noqa: A001 - the product's verb
 
 
 def _search(misses: list[Any], tgt: Any, st: Store, hw: Any, trials_per_task: int, time_budget_s: float | None,
-            seed: int | None, work_dir: Any, progress: bool) -> tuple[dict[Any, Any], float]:
+            seed: int | None, work_dir: Any, progress: bool, reuse: bool) -> tuple[dict[Any, Any], float]:
     from tunecache.progress import ProgressPrinter
     from tunecache.search.ladder import MissTask, search_misses
     from tunecache.tvm_layer.convert import describe_module
@@ -194,6 +196,7 @@ def _search(misses: list[Any], tgt: Any, st: Store, hw: Any, trials_per_task: in
             [MissTask(t.key, t.name, t.weight, t.mod) for t in misses],
             tgt, st, hw,
             trials_per_task=trials_per_task,
+            reuse=reuse,
             time_budget_s=time_budget_s,
             seed=seed,
             work_dir=work_dir,
@@ -231,4 +234,9 @@ def _report(tasks: list[Any], found: dict[Any, Any], searched: dict[Any, Any], s
                 note = "not searched"
             rows.append(TaskReport(**common, outcome="fallback", trials=s.trials if s else 0,
                                    seconds=s.seconds if s else 0.0, note=note))
+    for key, s in searched.items():
+        if isinstance(key, str):  # a bridge operator the plan tuned so that tasks could reuse it
+            rows.append(TaskReport(name=f"[bridge] {key}", workload=key, family=key.split(":")[1].split("[")[0],
+                                   shapes=(), weight=0, outcome=s.outcome, trials=s.trials, seconds=s.seconds,
+                                   note=s.note))
     return CompileReport(tasks=tuple(rows))

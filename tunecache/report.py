@@ -125,7 +125,7 @@ class CompileReport:
                 str(t.trials),
                 format_seconds(t.seconds) if t.seconds else "-",
                 f"{t.latency_s * 1e3:.4f}" if t.latency_s is not None else "-",
-                (t.source or t.note)[:60],
+                (f"{t.note} [{t.source}]" if t.source else t.note)[:90],
             ])
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731

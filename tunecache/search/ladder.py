@@ -60,11 +60,14 @@ def search_misses(
     hardware: HardwareKey,
     *,
     trials_per_task: int,
+    reuse_trials: int | None = None,
+    reuse: bool = True,
+    bridges: bool = False,
     time_budget_s: float | None = None,
     seed: int | None = None,
     work_dir: str | Path | None = None,
     progress: Callable[[Any], None] | None = None,
-) -> dict[WorkloadKey, MissOutcome]:
+) -> dict[WorkloadKey | str, MissOutcome]:
     """Search programs for store misses and commit them; return an outcome per task key.
 
     Parameters
@@ -77,6 +80,14 @@ def search_misses(
         Where measurements are committed (every candidate, failures included).
     trials_per_task
         Trial budget of a full search per task.
+    reuse_trials
+        Budget of a narrowed reuse search (default: a quarter of ``trials_per_task``, >= 4).
+    reuse
+        Plan reuse (stored programs and other misses as sources) and run narrowed searches;
+        ``False`` runs full search on every task (e.g. ``tune="always"``).
+    bridges
+        Let the plan tune bridge operators (off for compile: a bridge is extra work a single
+        model rarely repays; ``tunecache warm`` turns it on).
     time_budget_s
         Wall-clock budget for all tasks together.
     seed
@@ -90,6 +101,10 @@ def search_misses(
 
     if not tasks:
         return {}
+    if reuse:
+        return _plan_and_execute(tasks, target, store, hardware, trials_per_task=trials_per_task,
+                                 reuse_trials=reuse_trials or max(4, trials_per_task // 4), bridges=bridges,
+                                 time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress)
     own_dir = work_dir is None
     wd = Path(tempfile.mkdtemp(prefix="tunecache-")) if own_dir else Path(work_dir)  # type: ignore[arg-type]
     db = make_database(store, hardware, target, names={t.key.shash: t.name for t in tasks})
@@ -118,4 +133,26 @@ def search_misses(
         else:
             why = "no candidate built and ran" if r.trials else "the budget ran out before this task was measured"
             out[t.key] = MissOutcome("fallback", r.trials, r.seconds, note=why)
+    return out
+
+
+def _plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardware: HardwareKey, *,
+                      trials_per_task: int, reuse_trials: int, bridges: bool, time_budget_s: float | None,
+                      seed: int | None, work_dir: Any, progress: Any) -> dict[WorkloadKey | str, MissOutcome]:
+    """Rungs 2 and 3: plan reuse over the misses, then narrowed searches and full searches."""
+    from tunecache.cli_plan import make_plan
+    from tunecache.reuse.bridge import materialize_bridge
+    from tunecache.search.execute import execute_plan
+
+    mp = make_plan(list(tasks), target, hardware, store, bridges=bridges, full_trials=float(trials_per_task))
+    by_key = {t.key: t for t in tasks}
+    mods = {node: by_key[pt.key].mod for node, pt in mp.tasks.items()}
+    mods.update({n: materialize_bridge(nest, nest.extents) for n, nest in mp.bridges.items()})
+    steps = execute_plan(mp, mods, target, store, hardware, full_trials=trials_per_task, reuse_trials=reuse_trials,
+                         time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress)
+    out: dict[WorkloadKey | str, MissOutcome] = {}
+    for node, o in steps.items():
+        outcome = o.outcome if o.outcome in ("tuned", "reused", "fallback") else "tuned"
+        note = o.note if node not in mp.bridges else f"bridge {list(mp.bridges[node].extents)}: {o.note}"
+        out[o.key if node in mp.tasks else node] = MissOutcome(outcome, o.trials, o.seconds, o.source, note)
     return out
