@@ -138,6 +138,19 @@ def _cmd_db_push(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_db_verify(a: argparse.Namespace) -> int:
+    from tunecache.store import open_store
+    from tunecache.store.verify import verify_store
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    target = resolve_target(a.target)
+    rep = verify_store(open_store(a.db), hardware_key(target), target, remeasure=a.remeasure)
+    for p in rep.problems[:50]:
+        print(p, file=sys.stderr)
+    print(rep.summary())
+    return 0
+
+
 def _cmd_db_upgrade(a: argparse.Namespace) -> int:
     from tunecache.store.migrations import upgrade
 
@@ -191,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--replay", action="store_true", help="also replay every valid trace on its workload (needs TVM)")
     s.add_argument("--replay-limit", type=int, default=None, metavar="N")
     s.set_defaults(fn=_cmd_db_check)
+    s = dbs.add_parser("verify", help="re-admit records of other TVM versions whose traces still replay")
+    _add_db(s)
+    s.add_argument("--target", default=None, help="the target records were tuned for (default: this host's CPU)")
+    s.add_argument("--remeasure", type=int, default=0, metavar="N", help="re-measure a sample of N re-admitted records")
+    s.set_defaults(fn=_cmd_db_verify)
     s = dbs.add_parser("push", help="copy a local overlay's records to the team store (--db)")
     _add_db(s)
     s.add_argument("--overlay", required=True, metavar="URL", help="the local overlay store")

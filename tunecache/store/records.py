@@ -34,7 +34,7 @@ __all__ = [
 #: it is "not a valid measurement".
 INVALID_RUN_SECS = 1e9
 #: How a record was obtained.
-PROVENANCE_KINDS = frozenset({"tuned", "reused", "imported", "remeasured"})
+PROVENANCE_KINDS = frozenset({"tuned", "reused", "imported", "remeasured", "verified"})
 
 # Limits for data read from files or other people's stores.
 MAX_JSON_CHARS = 4_000_000
@@ -51,7 +51,9 @@ class Provenance:
     ----------
     kind
         ``tuned`` (full search), ``reused`` (narrowed search from another workload's program),
-        ``imported`` (from a JSONDatabase or an export) or ``remeasured``.
+        ``imported`` (from a JSONDatabase or an export), ``remeasured``, or ``verified`` (a
+        record of another TVM version whose trace still replays, re-admitted by
+        ``tunecache db verify``).
     source_workload
         For ``reused``: the workload key (``str(WorkloadKey)``) whose program was reused.
     source_record
