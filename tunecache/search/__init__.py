@@ -9,15 +9,18 @@ from tunecache.search.full import (
     tune_tasks,
 )
 from tunecache.search.measure import default_build_workers, make_builder, make_runner
+from tunecache.search.narrow import NarrowResult, narrowed_search
 
 __all__ = [
     "FullSearchTask",
+    "NarrowResult",
     "SearchProgress",
     "SearchSizing",
     "TaskResult",
     "default_build_workers",
     "make_builder",
     "make_runner",
+    "narrowed_search",
     "search_sizing",
     "tune_tasks",
 ]
