@@ -1,0 +1,285 @@
+"""Full search on a whole model: stock scheduling vs tunecache's engine, same wall-clock budget.
+
+Runs in one process, one after the other, with the same warm builder (2 worker processes) and
+runner, each into its own in-memory store:
+
+- **stock**: ``tune_tasks(scheduler="gradient", early_stopping=None, trivial_once=False)``:
+  MetaSchedule's ``GradientBased`` task scheduler as stock ``tune_relax`` runs it (with
+  tunecache's builder, runner and search sizing, without which stock MetaSchedule measures
+  nothing here);
+- **tunecache**: ``tune_tasks()`` defaults: trivial tasks once, tunecache's task picker, early
+  stopping with reallocation, the budget checked before every round; then
+  ``remeasure_best(k=--remeasure-k)`` for every task (timed apart, outside the budget).
+
+Reported per mode: wall seconds, trials, trials per minute, the share of wall time spent in
+scheduler rounds that measured nothing, the weighted latency sum(weight x best) over time
+(also a PNG), per-task allocation (trials, seconds, why it stopped), the XGBoost update time
+(count, total, mean: the cost model is wrapped to time it), and the end-to-end latency of the
+model compiled with the store's best programs, measured (median of ``--e2e-runs`` runs).
+
+``--xgb-check`` adds a short comparison of the XGBoost update time with the build pool (2
+workers) vs an in-process builder, on the same tasks and budget.
+
+Usage::
+
+    python tools/bench_tune.py --model resnet18 --budget-s 300 --out /tmp/bench_tune
+    python tools/bench_tune.py --model small_cnn --budget-s 60            # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _timed_cost_model(inner: Any) -> Any:
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+    @derived_object
+    class TimedCostModel(PyCostModel):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+            self.update_s: list[float] = []
+            self.predict_s: list[float] = []
+
+        def load(self, path: str) -> None:
+            self.inner.load(path)
+
+        def save(self, path: str) -> None:
+            self.inner.save(path)
+
+        def update(self, context: Any, candidates: Any, results: Any) -> None:
+            t = time.perf_counter()
+            self.inner.update(context, candidates, results)
+            self.update_s.append(time.perf_counter() - t)
+
+        def predict(self, context: Any, candidates: Any) -> Any:
+            t = time.perf_counter()
+            out = self.inner.predict(context, candidates)
+            self.predict_s.append(time.perf_counter() - t)
+            return out
+
+    return TimedCostModel()
+
+
+def _stats(xs: list[float]) -> dict[str, Any]:
+    return {
+        "count": len(xs),
+        "total_s": round(sum(xs), 3),
+        "mean_s": round(statistics.fmean(xs), 4) if xs else None,
+        "max_s": round(max(xs), 4) if xs else None,
+    }
+
+
+def _curve(events: list[Any], weights: dict[str, float]) -> list[tuple[float, float]]:
+    """(elapsed s, sum of weight x best in ms) once every task has a best."""
+    best: dict[str, float] = {}
+    out = []
+    for e in events:
+        if e.best_latency_s is not None:
+            best[e.task_name] = e.best_latency_s
+        if len(best) == len(weights):
+            out.append((round(e.elapsed_s, 2), round(sum(weights[n] * best[n] for n in best) * 1e3, 4)))
+    return out
+
+
+def _e2e_ms(frontend: Any, mod: Any, tgt: Any, db: Any, imported: Any, inputs: Any, runs: int) -> float:
+    ex = frontend.build(mod, tgt, database=db)
+    vm = frontend.make_vm(ex)
+    for _ in range(3):
+        frontend.run(vm, imported, *inputs)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        frontend.run(vm, imported, *inputs)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def _tune(mode: str, tasks: list[Any], tgt: Any, args: argparse.Namespace, builder: Any, runner: Any,
+          work: Path) -> dict[str, Any]:
+    from tvm.s_tir import meta_schedule as ms
+
+    from tunecache.search.full import FullSearchTask, tune_tasks
+    from tunecache.store import Store
+    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.target import hardware_key
+
+    store = Store("memory")
+    hw = hardware_key(tgt)
+    db = make_database(store, hw, tgt)
+    cost = _timed_cost_model(ms.cost_model.CostModel.create("xgb", num_tuning_cores=2))
+    events: list[Any] = []
+    kw: dict[str, Any] = {}
+    if mode == "stock":
+        kw = dict(scheduler="gradient", early_stopping=None, trivial_once=False)
+    t0 = time.perf_counter()
+    results = tune_tasks(
+        [FullSearchTask(t.name, t.mod, float(t.weight)) for t in tasks], tgt, db,
+        trials_per_task=args.trials_per_task, time_budget_s=args.budget_s, seed=args.seed,
+        work_dir=work / mode, progress=events.append, builder=builder, runner=runner,
+        cost_model=cost, **kw,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    trials = sum(r.trials for r in results)
+    idle = sum(r.idle_seconds for r in results)
+    weights = {t.name: float(t.weight) for t in tasks}
+    measured = [r for r in results if r.best_latency_s is not None]
+    return {
+        "store": store, "hw": hw, "db": db, "results": results, "events": events,
+        "summary": {
+            "wall_s": round(wall, 1),
+            "trials": trials,
+            "valid_trials": sum(r.valid_trials for r in results),
+            "trials_per_min": round(trials / wall * 60, 1),
+            "rounds": sum(r.rounds for r in results),
+            "empty_rounds": sum(r.empty_rounds for r in results),
+            "idle_s": round(idle, 1),
+            "idle_share": round(idle / wall, 3),
+            "tasks_measured": len(measured),
+            "tasks_unmeasured": [r.name for r in results if r.best_latency_s is None],
+            "trivial_tasks": [r.name for r in results if r.trivial],
+            "weighted_latency_ms_tuning": round(
+                sum(weights[r.name] * r.best_latency_s for r in measured) * 1e3, 3
+            ),
+            "xgb_update": _stats(cost.update_s),
+            "xgb_predict": _stats(cost.predict_s),
+            "curve": _curve(events, weights),
+            "tasks": [
+                {"name": r.name, "weight": weights[r.name], "trials": r.trials,
+                 "seconds": round(r.seconds, 1), "idle_s": round(r.idle_seconds, 1),
+                 "rounds": r.rounds, "stop": r.stop_reason,
+                 "best_ms": None if r.best_latency_s is None else round(r.best_latency_s * 1e3, 4)}
+                for r in results
+            ],  # fmt: skip
+        },
+    }
+
+
+def _xgb_check(tasks: list[Any], tgt: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """XGBoost update time with the build pool vs an in-process builder (same tasks, budget)."""
+    from tunecache.search.measure import make_builder, make_runner
+
+    out = {}
+    runner = make_runner()
+    for label, workers in (("pool_2_workers", 2), ("in_process", 0)):
+        builder = make_builder(max_workers=workers, artifact_dir=work / f"xgb-{label}")
+        sub = argparse.Namespace(**{**vars(args), "budget_s": args.xgb_budget_s})
+        res = _tune("tunecache", tasks, tgt, sub, builder, runner, work / f"xgb-{label}")["summary"]
+        builder.close()
+        out[label] = {k: res[k] for k in ("wall_s", "trials", "trials_per_min", "xgb_update", "xgb_predict")}
+    runner.pool.shutdown(wait=True)
+    return out
+
+
+def _plot(runs: dict[str, Any], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode, run in runs.items():
+        curve = run["curve"]
+        if curve:
+            ax.step([c[0] for c in curve], [c[1] for c in curve], where="post", marker="o", label=mode)
+    ax.set_xlabel("wall time (s)")
+    ax.set_ylabel("sum of weight x best latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="resnet18")
+    p.add_argument("--budget-s", type=float, default=300.0)
+    p.add_argument("--trials-per-task", type=int, default=64)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--remeasure-k", type=int, default=3)
+    p.add_argument("--e2e-runs", type=int, default=30)
+    p.add_argument("--xgb-check", action="store_true")
+    p.add_argument("--xgb-budget-s", type=float, default=60.0)
+    p.add_argument("--modes", default="stock,tunecache")
+    p.add_argument("--out", default=None, help="directory for bench_tune.json and bench_tune.png")
+    args = p.parse_args(argv)
+
+    from tunecache import frontend, zoo
+    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.search.remeasure import remeasure_best
+    from tunecache.tvm_layer import load_tvm
+    from tunecache.tvm_layer.target import resolve_target
+
+    load_tvm("llvm")
+    out_dir = Path(args.out or tempfile.mkdtemp(prefix="bench_tune-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench_tune-work-"))
+    zm = zoo.get(args.model)
+    tgt = resolve_target(None)
+    imported = frontend.import_model(zm.module, zm.example_inputs)
+    mod = frontend.prepare_for_tuning(imported, tgt)
+    tasks = frontend.extract_tasks(mod, tgt)
+    inputs = [x.numpy() for x in zm.example_inputs]
+
+    builder = make_builder(max_workers=2, artifact_dir=work / "artifacts")
+    runner = make_runner()
+    report: dict[str, Any] = {
+        "model": zm.name, "target": str(tgt), "tasks": len(tasks),
+        "task_weights": sum(t.weight for t in tasks), "budget_s": args.budget_s,
+        "trials_per_task": args.trials_per_task, "seed": args.seed, "modes": {},
+    }  # fmt: skip
+    report["untuned_e2e_ms"] = round(_e2e_ms(frontend, mod, tgt, None, imported, inputs, 5), 3)
+    for mode in args.modes.split(","):
+        print(f"[bench_tune] {mode}: tuning {len(tasks)} tasks for {args.budget_s} s", file=sys.stderr)
+        run = _tune(mode, tasks, tgt, args, builder, runner, work)
+        summary = run["summary"]
+        summary["e2e_ms"] = round(_e2e_ms(frontend, mod, tgt, run["db"], imported, inputs, args.e2e_runs), 3)
+        if mode == "tunecache" and args.remeasure_k > 0:
+            t = time.perf_counter()
+            changed = 0
+            for task in tasks:
+                before = run["store"].best_k(task.key, run["hw"], 1)
+                remeasure_best(run["store"], run["hw"], task.key, task.mod, tgt, k=args.remeasure_k)
+                after = run["store"].best_k(task.key, run["hw"], 1)
+                changed += bool(before and after and before[0].uid != after[0].uid)
+            summary["remeasure"] = {
+                "k": args.remeasure_k, "seconds": round(time.perf_counter() - t, 1),
+                "tasks_whose_best_changed": changed,
+                "weighted_latency_ms_remeasured": round(sum(
+                    float(task.weight) * r[0].latency_s
+                    for task in tasks if (r := run["store"].best_k(task.key, run["hw"], 1))
+                ) * 1e3, 3),
+            }  # fmt: skip
+            summary["e2e_ms_after_remeasure"] = round(
+                _e2e_ms(frontend, mod, tgt, run["db"], imported, inputs, args.e2e_runs), 3
+            )
+        report["modes"][mode] = summary
+        brief = {k: v for k, v in summary.items() if k not in ("curve", "tasks")}
+        print(f"[bench_tune] {mode}: {json.dumps(brief)}", file=sys.stderr)
+    builder.close()
+    runner.pool.shutdown(wait=True)
+    if args.xgb_check:
+        report["xgb_check"] = _xgb_check(tasks, tgt, args, work)
+    (out_dir / "bench_tune.json").write_text(json.dumps(report, indent=1))
+    _plot(report["modes"], out_dir / "bench_tune.png", f"{zm.name}, {args.budget_s:.0f} s each")
+    print(json.dumps(report, indent=1))
+    print(f"[bench_tune] wrote {out_dir}/bench_tune.json and bench_tune.png", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
