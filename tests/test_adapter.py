@@ -202,7 +202,9 @@ def test_cli_db_commands(tuned: dict[str, Any], tmp_path: Path) -> None:
     bad = run("db", "import", "--db", str(tmp_path / "new.db"), str(tmp_path))
     assert bad.returncode == 1 and "not a MetaSchedule JSONDatabase" in bad.stderr and "Traceback" not in bad.stderr
     up = run("db", "upgrade", "--db", str(tmp_path / "new.db"))
-    assert up.returncode == 0 and "already at v1" in up.stdout
+    from tunecache.store.schema import SCHEMA_VERSION
+
+    assert up.returncode == 0 and f"already at v{SCHEMA_VERSION}" in up.stdout
     gc = run("db", "gc", "--db", str(tmp_path / "new.db"), "--keep-top", "1")
     assert gc.returncode == 0
     assert Store(str(tmp_path / "new.db")).count_records() == 1

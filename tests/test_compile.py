@@ -46,10 +46,14 @@ def test_first_compile_tunes_and_matches_pytorch(tuned, cnn) -> None:
     rep = cm.report
     assert rep.count("tuned") >= 1 and rep.trials > 0
     assert rep.count("hit") == 0
+    tuned = [t for t in rep.tasks if t.outcome == "tuned"]
     for t in rep.tasks:
         assert t.outcome in ("tuned", "fallback")
-        if t.outcome == "tuned":
-            assert 0 < t.trials <= TRIALS and t.latency_s is not None and t.latency_s > 0
+    for t in tuned:
+        assert t.trials > 0 and t.latency_s is not None and t.latency_s > 0
+    # The engine moves trials from converged tasks to others: the total is what is capped
+    # (the last round may overshoot by less than one round).
+    assert rep.trials <= TRIALS * len(rep.tasks) + TRIALS
     out = cm(*cnn.example_inputs)
     assert isinstance(out, torch.Tensor)
     with torch.no_grad():

@@ -317,12 +317,17 @@ class Store:
                 sess.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
                 sess.add(MetaRow(key="created_at", value=str(time.time())))
 
-        try:
-            self._run(create, write=True)
-        except StoreError:
-            # Another process may have created the schema at the same moment.
-            if self._run(_read_version, write=False) is None:
-                raise
+        for attempt in range(20):
+            try:
+                self._run(create, write=True)
+                return
+            except StoreError:
+                # Another process is creating the schema at the same moment (SQLite commits each
+                # CREATE TABLE on its own): wait for its version row, or try again.
+                time.sleep(0.1 * (attempt + 1))
+                if self._run(_read_version, write=False) is not None:
+                    return
+        self._run(create, write=True)
 
     @property
     def schema_version(self) -> int:
