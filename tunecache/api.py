@@ -79,6 +79,7 @@ def compile(  # noqa: A001 - the product's verb
     seed: int | None = None,
     work_dir: "str | os.PathLike[str] | None" = None,
     progress: bool = True,
+    escalate_below: float | None = None,
 ) -> CompiledModel:
     """Compile ``model`` for ``target`` with the store's tuned programs; tune what is missing.
 
@@ -112,6 +113,9 @@ def compile(  # noqa: A001 - the product's verb
         Keep MetaSchedule's logs here (default: a temporary directory, deleted).
     progress
         Show a progress line on stderr while tuning.
+    escalate_below
+        A task reused from a similar program is re-tuned by full search when its throughput is
+        below this fraction of its source's (default 0.7; 0 never escalates).
 
     Returns
     -------
@@ -155,7 +159,7 @@ def compile(  # noqa: A001 - the product's verb
     if misses and tune != "never":
         # "always" re-tunes tasks that have records: full search (seeded by those records).
         searched, tuning_s = _search(misses, tgt, st, hw, trials_per_task, time_budget_s, seed, work_dir, progress,
-                                     reuse=tune != "always")
+                                     reuse=tune != "always", escalate_below=escalate_below)
 
     # 4. build with the best programs the store now has
     from tunecache.store.adapter import make_database
@@ -176,7 +180,8 @@ def compile(  # noqa: A001 - the product's verb
 
 
 def _search(misses: list[Any], tgt: Any, st: Store, hw: Any, trials_per_task: int, time_budget_s: float | None,
-            seed: int | None, work_dir: Any, progress: bool, reuse: bool) -> tuple[dict[Any, Any], float]:
+            seed: int | None, work_dir: Any, progress: bool, reuse: bool,
+            escalate_below: float | None) -> tuple[dict[Any, Any], float]:
     from tunecache.progress import ProgressPrinter
     from tunecache.search.ladder import MissTask, search_misses
     from tunecache.tvm_layer.convert import describe_module
@@ -197,6 +202,7 @@ def _search(misses: list[Any], tgt: Any, st: Store, hw: Any, trials_per_task: in
             tgt, st, hw,
             trials_per_task=trials_per_task,
             reuse=reuse,
+            escalate_below=escalate_below,
             time_budget_s=time_budget_s,
             seed=seed,
             work_dir=work_dir,
