@@ -46,10 +46,10 @@ def test_first_compile_tunes_and_matches_pytorch(tuned, cnn) -> None:
     rep = cm.report
     assert rep.count("tuned") >= 1 and rep.trials > 0
     assert rep.count("hit") == 0
-    tuned = [t for t in rep.tasks if t.outcome == "tuned"]
+    tuned_tasks = [t for t in rep.tasks if t.outcome == "tuned"]
     for t in rep.tasks:
         assert t.outcome in ("tuned", "fallback")
-    for t in tuned:
+    for t in tuned_tasks:
         assert t.trials > 0 and t.latency_s is not None and t.latency_s > 0
     # The engine moves trials from converged tasks to others: the total is what is capped
     # (the last round may overshoot by less than one round).
@@ -58,8 +58,8 @@ def test_first_compile_tunes_and_matches_pytorch(tuned, cnn) -> None:
     from tunecache.store import WorkloadKey
     from tunecache.tvm_layer.target import hardware_key
 
-    store, hw = open_store(str(tuned[0])), hardware_key(None)
-    for t in tuned:
+    store, hw = open_store(str(_db)), hardware_key(None)
+    for t in tuned_tasks:
         best = store.best_k(WorkloadKey(t.workload.split(":", 1)[1]), hw, 1)[0]
         assert best.cv is not None and best.latency_s == pytest.approx(t.latency_s)
     out = cm(*cnn.example_inputs)
