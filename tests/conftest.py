@@ -69,3 +69,44 @@ def hw() -> HardwareKey:
 @pytest.fixture
 def wk() -> WorkloadKey:
     return WorkloadKey("1234567890")
+
+
+# -- TVM fixtures shared by the tests that compile or measure ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def tvm():
+    """The ``tvm`` package, imported with only the LLVM intrinsics."""
+    from tunecache.tvm_layer import load_tvm
+
+    return load_tvm("llvm")
+
+
+@pytest.fixture(scope="module")
+def target(tvm):
+    """This host's CPU target (LLVM with the detected ``mcpu`` and physical cores)."""
+    from tunecache.tvm_layer.target import resolve_target
+
+    return resolve_target(None)
+
+
+@pytest.fixture(scope="module")
+def builder(tmp_path_factory: pytest.TempPathFactory):
+    """tunecache's build-worker pool, closed after the module."""
+    from tunecache.search import make_builder
+
+    b = make_builder(max_workers=2, artifact_dir=tmp_path_factory.mktemp("artifacts"))
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def runner():
+    """MetaSchedule's local runner with tunecache's measurement settings."""
+    from tunecache.search import make_runner
+
+    r = make_runner()
+    yield r
+    pool = getattr(r, "pool", None)
+    if pool is not None:
+        pool.shutdown(wait=True)

@@ -27,7 +27,6 @@ from tunecache.search.full import (
     fixed_programs,
     tune_tasks,
 )
-from tunecache.search.measure import make_builder, make_runner
 from tunecache.tvm_layer import load_tvm
 
 # -- the task picker, with a fake MetaSchedule scheduler ---------------------------------------
@@ -175,27 +174,6 @@ def _elementwise() -> dict[str, Any]:
         "relu": _prim(tvm, [a, topi.nn.relu(a)]),
         "reshape": _prim(tvm, [a, topi.reshape(a, (128, 128))]),
     }
-
-
-@pytest.fixture(scope="module")
-def target() -> Any:
-    tvm = load_tvm("llvm")
-    cpu = tvm.target.codegen.llvm_get_system_cpu()
-    return tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": cpu})
-
-
-@pytest.fixture(scope="module")
-def builder(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    b = make_builder(max_workers=2, artifact_dir=tmp_path_factory.mktemp("artifacts"))
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
-def runner() -> Any:
-    r = make_runner()
-    yield r
-    r.pool.shutdown(wait=True)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from tunecache.errors import TargetError, UnsupportedModelError
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402,F401
 
 from _models import onnx_cnn as _onnx_cnn  # noqa: E402
 
@@ -34,20 +33,6 @@ def fe():
     from tunecache import frontend
 
     return frontend
-
-
-@pytest.fixture(scope="module")
-def tvm():
-    from tunecache.tvm_layer import load_tvm
-
-    return load_tvm("llvm")
-
-
-@pytest.fixture(scope="module")
-def target(tvm):
-    from tunecache.tvm_layer.target import resolve_target
-
-    return resolve_target(None)
 
 
 @pytest.fixture(scope="module")

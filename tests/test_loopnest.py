@@ -78,13 +78,6 @@ def _nest_n(extents: list[int] | tuple[int, ...]) -> LoopNest:
 # ---------------------------------------------------------------------------- TVM helpers
 
 
-@pytest.fixture(scope="module")
-def tvm():
-    from tunecache.tvm_layer import load_tvm
-
-    return load_tvm("llvm")
-
-
 def _torch_tasks(tvm, model, example):
     torch = pytest.importorskip("torch")
     from tvm import relax

@@ -18,7 +18,6 @@ from tunecache.search import (
     SearchProgress,
     TaskResult,
     make_builder,
-    make_runner,
     search_sizing,
     tune_tasks,
 )
@@ -47,25 +46,6 @@ def _unbuildable(mod: Any) -> Any:
     i, _, _ = sch.get_loops(sch.get_sblock("C"))
     sch.bind(i, "threadIdx.x")
     return sch.mod
-
-
-@pytest.fixture(scope="module")
-def target() -> Any:
-    tvm = load_tvm("llvm")
-    cpu = tvm.target.codegen.llvm_get_system_cpu()
-    return tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": cpu})
-
-
-@pytest.fixture(scope="module")
-def builder(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    b = make_builder(max_workers=2, artifact_dir=tmp_path_factory.mktemp("artifacts"))
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
-def runner() -> Any:
-    return make_runner()
 
 
 @pytest.fixture(scope="module")

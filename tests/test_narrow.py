@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tunecache.errors import ConfigError
-from tunecache.search import FullSearchTask, make_builder, make_runner, tune_tasks
+from tunecache.search import FullSearchTask, tune_tasks
 from tunecache.search.features import CpuFeatures, cpu_features, cuda_features
 from tunecache.search.narrow import (
     PHASES,
@@ -48,25 +48,6 @@ def _matmul(m: int, n: int, k: int) -> Any:
 def _tile_decisions(trace: list[Any]) -> dict[int, list[int]]:
     insts, decisions = trace
     return {i: v for i, v in decisions if insts[i][0] == "SamplePerfectTile"}
-
-
-@pytest.fixture(scope="module")
-def target() -> Any:
-    tvm = load_tvm("llvm")
-    cpu = tvm.target.codegen.llvm_get_system_cpu()
-    return tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": cpu})
-
-
-@pytest.fixture(scope="module")
-def builder(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    b = make_builder(max_workers=2, artifact_dir=tmp_path_factory.mktemp("artifacts"))
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
-def runner() -> Any:
-    return make_runner()
 
 
 @pytest.fixture(scope="module")

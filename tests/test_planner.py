@@ -11,23 +11,8 @@ import pytest
 from _models import te_conv, te_matmul
 from tunecache.reuse.costs import CostModel, neighbourhood_size, reuse_cost
 from tunecache.reuse.planner import bridge_checker, describe_tasks, plan_tasks
-from tunecache.store import WorkloadKey
 
 pytestmark = pytest.mark.tvm
-
-
-@pytest.fixture(scope="module")
-def tvm():
-    from tunecache.tvm_layer import load_tvm
-
-    return load_tvm("llvm")
-
-
-@pytest.fixture(scope="module")
-def target(tvm):
-    from tunecache.tvm_layer.target import resolve_target
-
-    return resolve_target(None)
 
 
 def _items(mods):

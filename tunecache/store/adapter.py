@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from tunecache import config
 from tunecache.errors import InvalidRecordError, ReadOnlyStoreError, TunecacheError
-from tunecache.store.keys import HardwareKey, WorkloadDesc, WorkloadKey
+from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Provenance, Record
 from tunecache.store.store import Store
 from tunecache.tvm_layer import load_tvm
@@ -132,8 +132,7 @@ def _database_class() -> Any:
                     self.on_commit(CommitEvent(key, rec))
 
             def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
-                key, _mj = workload.as_json()[0], None
-                wkey = WorkloadKey(str(key))
+                wkey = WorkloadKey(str(workload.as_json()[0]))
                 out = []
                 for rec in self.store.best_k(wkey, self.hardware, top_k):
                     try:

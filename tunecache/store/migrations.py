@@ -7,7 +7,7 @@ version ``n`` and leaves it at ``n + 1``; all steps of one upgrade run in one tr
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Callable
 
 from sqlalchemy import Connection, text
 
