@@ -107,3 +107,42 @@ def test_provenance_kind_is_checked() -> None:
     with pytest.raises(InvalidRecordError, match="provenance kind"):
         Provenance(kind="stolen")
     assert json.loads(json.dumps(Provenance(kind="reused").to_dict()))["kind"] == "reused"
+
+
+@pytest.mark.tvm
+def test_import_lines_raise_only_per_entry_errors_and_never_touch_the_store(tmp_path_factory) -> None:
+    """Hostile record lines next to one good workload line: every bad line becomes one reported
+    error, no exception escapes, and nothing of a rejected line reaches the store."""
+    from hypothesis import given as hgiven
+
+    from tunecache.store.jsondb import RECORD_FILE, WORKLOAD_FILE, import_jsondb
+    from tunecache.tvm_layer import load_tvm
+    from tunecache.tvm_layer.convert import workload_of
+
+    tvm = load_tvm()
+    from tvm import te
+
+    a = te.placeholder((8, 8), name="A")
+    b = te.compute((8, 8), lambda i, j: a[i, j] * 2, name="B")
+    key, mod_json, _ = workload_of(tvm.IRModule({"main": te.create_prim_func([a, b])}))
+    d = tmp_path_factory.mktemp("jdb")
+    (d / WORKLOAD_FILE).write_text(json.dumps([key.shash, mod_json]) + "\n")
+    line = st.one_of(
+        st.text(max_size=60),
+        json_values.map(json.dumps),
+        st.tuples(st.integers(-2, 2), json_values).map(lambda t: json.dumps([t[0], t[1]])),
+        st.tuples(json_values, json_values, json_values).map(
+            lambda t: json.dumps([0, [t[0], t[1], {"kind": "llvm"}, t[2]]])),
+    )
+
+    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @hgiven(st.lists(line, min_size=1, max_size=4))
+    def check(lines: list[str]) -> None:
+        (d / RECORD_FILE).write_text("\n".join(lines) + "\n")
+        store = Store("memory")
+        rep = import_jsondb(store, d)
+        assert store.count_records() == rep.new_records == rep.records
+        physical = [x for x in "\n".join(lines).splitlines() if x.strip()]  # as the importer reads them
+        assert rep.records + len(rep.errors) == len(physical)
+
+    check()

@@ -225,7 +225,8 @@ def warm(
         from tunecache.search.ray_executor import execute_plan_ray
 
         outcomes = execute_plan_ray(mp, mods, tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials,
-                                    address=address, seed=seed, on_step=on_step, time_budget_s=time_budget_s)
+                                    address=address, seed=seed, on_step=on_step, time_budget_s=time_budget_s,
+                                    runner=runner)
     else:
         from tunecache.search.execute import execute_plan
 
@@ -251,7 +252,14 @@ class _DoneView:
 
 
 def _rpc_runner(url: str) -> Any:
-    """Build MetaSchedule's RPC runner from ``rpc://HOST:PORT/KEY``."""
+    """Build MetaSchedule's RPC runner from ``rpc://HOST:PORT/KEY``.
+
+    Each candidate gets its own session: the builder's ``.tar`` is uploaded, linked into a
+    shared library by the server (its ``load_module`` untars and links, so the server's machine
+    needs a C compiler), run, and removed. A tracker that cannot be reached or has no server
+    under KEY is a :class:`ConfigError` here, not a hang later.
+    """
+    import socket
     from urllib.parse import urlparse
 
     from tunecache.tvm_layer import load_tvm
@@ -262,6 +270,21 @@ def _rpc_runner(url: str) -> Any:
     load_tvm()
     from tvm.s_tir import meta_schedule as ms
 
-    cfg = ms.runner.RPCConfig(tracker_host=u.hostname, tracker_port=u.port, tracker_key=u.path.strip("/"),
-                              session_timeout_sec=120)
-    return ms.runner.RPCRunner(cfg, evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0))
+    key = u.path.strip("/")
+    # One session per candidate; the server kills a session that lasts longer than this.
+    cfg = ms.runner.RPCConfig(tracker_host=u.hostname, tracker_port=u.port, tracker_key=key, session_timeout_sec=120)
+    # Without a server registered under the key, the tracker queues every request forever: check first.
+    probe = ms.runner.RPCConfig(tracker_host=u.hostname, tracker_port=u.port, tracker_key=key, session_timeout_sec=10)
+    try:
+        socket.create_connection((u.hostname, u.port), timeout=5).close()
+        servers = probe.count_num_servers(allow_missing=True)
+    except (ValueError, OSError, RuntimeError) as err:
+        raise ConfigError(f"--runner {url}: cannot reach the TVM RPC tracker at {u.hostname}:{u.port} ({err}); start "
+                          f"one with `python -m tvm.exec.rpc_tracker --host {u.hostname} --port {u.port}`") from err
+    if servers == 0:
+        raise ConfigError(f"--runner {url}: the tracker at {u.hostname}:{u.port} has no RPC server with key {key!r}; "
+                          f"start one on the device with `python -m tvm.exec.rpc_server --tracker "
+                          f"{u.hostname}:{u.port} --key {key}`")
+    # One worker (session) per registered server, so several devices measure a batch in parallel.
+    return ms.runner.RPCRunner(cfg, evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0),
+                               max_workers=servers)

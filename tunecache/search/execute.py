@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tunecache import config
 from tunecache.reuse.graph import ROOT
@@ -27,7 +27,18 @@ from tunecache.store.adapter import make_database, reraise_store_error
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Provenance
 
-__all__ = ["StepOutcome", "Lease", "execute_plan", "default_holder", "holder_is_dead"]
+__all__ = [
+    "StepOutcome",
+    "NodeSpec",
+    "Lease",
+    "execute_plan",
+    "search_full",
+    "search_reuse",
+    "run_node",
+    "node_specs",
+    "default_holder",
+    "holder_is_dead",
+]
 
 #: Escalate a reused program whose throughput is below this fraction of its source's.
 DEFAULT_ESCALATE_BELOW = 0.7
@@ -51,6 +62,35 @@ class StepOutcome:
     note: str = ""
     escalated: bool = False
     latency_s: float | None = None
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One plan node as the per-node search functions see it.
+
+    Attributes
+    ----------
+    node
+        Plan node id.
+    name
+        Task name (the node id for a bridge).
+    key
+        Workload key.
+    mod
+        The node's TIR ``IRModule``; ``None`` for a source that is only read from the store
+        (a stored workload).
+    weight
+        Calls per model run (full search's scheduler weight).
+    work
+        Floating-point work of one call (escalation compares throughput with its source's).
+    """
+
+    node: str
+    name: str
+    key: WorkloadKey
+    mod: Any = None
+    weight: float = 1.0
+    work: float = 0.0
 
 
 def default_holder() -> str:
@@ -116,6 +156,193 @@ def _prov(hw: HardwareKey, kind: str, source: WorkloadKey | None = None, source_
                       tunecache_version=tunecache.__version__, tvm_version=hw.tvm_version)
 
 
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(1.0, deadline - time.time())
+
+
+def search_full(
+    specs: Sequence[NodeSpec],
+    target: Any,
+    store: Any,
+    hardware: HardwareKey,
+    *,
+    full_trials: int,
+    builder: Any,
+    runner: Any,
+    work_dir: str | os.PathLike[str],
+    seed: int | None = None,
+    deadline: float | None = None,
+    progress: Callable[[Any], None] | None = None,
+    note: str = "full search",
+) -> list[StepOutcome]:
+    """Full search of ``specs`` in one task-scheduler run; one outcome per spec, in order.
+
+    A spec's budget is ``full_trials`` less the records it already has (a resumed search).
+    Claims and done marks are the caller's business. ``deadline`` is a ``time.time()`` after
+    which no new search round starts.
+    """
+    from tunecache.search.full import FullSearchTask, tune_tasks
+
+    budgets = {s.node: max(0, full_trials - store.count_records(hardware, workload=s.key)) for s in specs}
+    todo = [s for s in specs if budgets[s.node] > 0]
+    done: dict[str, StepOutcome] = {}
+    for s in specs:
+        if budgets[s.node] == 0:
+            best = store.best_k(s.key, hardware, 1)
+            done[s.node] = StepOutcome(s.node, s.name, s.key, "tuned" if best else "fallback",
+                                       note="budget already spent (resumed)",
+                                       latency_s=best[0].latency_s if best else None)
+    if todo:
+        db = make_database(store, hardware, target, provenance=_prov(hardware, "tuned"),
+                           names={s.key.shash: s.name for s in todo})
+        try:
+            results = tune_tasks([FullSearchTask(s.node, s.mod, s.weight) for s in todo], target, db,
+                                 trials_per_task=max(budgets[s.node] for s in todo),
+                                 max_trials_global=sum(budgets[s.node] for s in todo),
+                                 time_budget_s=_remaining(deadline), seed=seed, work_dir=str(Path(work_dir) / "full"),
+                                 progress=progress, builder=builder, runner=runner)
+        except RuntimeError as err:
+            reraise_store_error(db, err)
+            raise
+        for s, r in zip(todo, results):
+            best = store.best_k(s.key, hardware, 1)
+            done[s.node] = StepOutcome(s.node, s.name, s.key, "tuned" if best else "fallback", r.trials, r.seconds,
+                                       note=note if best else "no candidate built and ran",
+                                       latency_s=best[0].latency_s if best else None)
+    return [done[s.node] for s in specs]
+
+
+def search_reuse(
+    spec: NodeSpec,
+    source: NodeSpec,
+    target: Any,
+    store: Any,
+    hardware: HardwareKey,
+    *,
+    full_trials: int,
+    reuse_trials: int,
+    builder: Any,
+    runner: Any,
+    work_dir: str | os.PathLike[str],
+    escalate_below: float = DEFAULT_ESCALATE_BELOW,
+    seed: int | None = None,
+    deadline: float | None = None,
+    progress: Callable[[Any], None] | None = None,
+) -> StepOutcome:
+    """Narrowed search of ``spec`` from ``source``'s best stored programs.
+
+    Falls back to a full search when the source has no valid program, and escalates to one
+    when the reused program's throughput is below ``escalate_below`` times the source's. The
+    source must be committed (its records in the store) before this is called.
+    """
+    from tunecache.search.narrow import narrowed_search
+
+    sources = store.best_k(source.key, hardware, 3)
+    if not sources:
+        (o,) = search_full([spec], target, store, hardware, full_trials=full_trials, builder=builder, runner=runner,
+                           work_dir=work_dir, seed=seed, deadline=deadline, progress=progress,
+                           note="source has no valid program")
+        return o
+    db = make_database(store, hardware, target, provenance=_prov(hardware, "reused", source.key, sources[0].uid),
+                       names={spec.key.shash: spec.name})
+    t0 = time.time()
+    try:
+        res = narrowed_search(sources, spec.mod, target, builder=builder, runner=runner, max_trials=reuse_trials,
+                              seed=seed or 0, database=db, task_name=spec.name)
+    except RuntimeError as err:
+        reraise_store_error(db, err)
+        raise
+    secs = time.time() - t0
+    best = store.best_k(spec.key, hardware, 1)
+    src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
+    tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
+    if not best or (src_tput > 0 and tput < escalate_below * src_tput):
+        why = "no valid reused program" if not best else f"throughput {tput / src_tput:.2f}x its source's"
+        # Seeded: the narrowed candidates are this workload's records already.
+        (o,) = search_full([spec], target, store, hardware, full_trials=full_trials, builder=builder, runner=runner,
+                           work_dir=work_dir, seed=seed, deadline=deadline, progress=progress)
+        return replace(o, trials=o.trials + res.trials, seconds=o.seconds + secs, escalated=True,
+                       source=str(source.key), note=f"escalated to full search ({why})")
+    return StepOutcome(spec.node, spec.name, spec.key, "reused", res.trials, secs, source=str(source.key),
+                       note=f"narrowed search from {source.name}", latency_s=best[0].latency_s)
+
+
+def run_node(
+    spec: NodeSpec,
+    source: NodeSpec | None,
+    target: Any,
+    store: Any,
+    hardware: HardwareKey,
+    *,
+    full_trials: int,
+    reuse_trials: int,
+    builder: Any,
+    runner: Any,
+    work_dir: str | os.PathLike[str],
+    escalate_below: float = DEFAULT_ESCALATE_BELOW,
+    seed: int | None = None,
+    deadline: float | None = None,
+    holder: str | None = None,
+    lease_s: float = 60.0,
+    wait_s: float = 3600.0,
+    progress: Callable[[Any], None] | None = None,
+) -> StepOutcome:
+    """Do one plan node the way :func:`execute_plan` does, claims included (used by the Ray executor).
+
+    A node done in the store is a ``hit``. Otherwise it is claimed (waiting up to ``wait_s``
+    while another live warmer holds it; a dead local holder's claim is taken over), searched
+    under a renewed lease (``source is None``: full search; else narrowed search from
+    ``source``), and marked done unless it fell back.
+    """
+    holder = holder or default_holder()
+    give_up = time.time() + wait_s
+    while True:
+        if store.is_done(spec.key, hardware):
+            best = store.best_k(spec.key, hardware, 1)
+            return StepOutcome(spec.node, spec.name, spec.key, "hit", note="done in the store",
+                               latency_s=best[0].latency_s if best else None)
+        if deadline is not None and time.time() > deadline:
+            return StepOutcome(spec.node, spec.name, spec.key, "fallback", note="time budget spent")
+        other = store.claim_holder(spec.key, hardware)
+        steal = other if other and other != holder and holder_is_dead(other) else None
+        if store.claim(spec.key, hardware, holder, lease_s, steal_from=steal):
+            break
+        if time.time() > give_up:
+            return StepOutcome(spec.node, spec.name, spec.key, "fallback", note="claimed by another warmer")
+        time.sleep(1.0)
+    common = dict(full_trials=full_trials, builder=builder, runner=runner, work_dir=work_dir, seed=seed,
+                  deadline=deadline, progress=progress)
+    with Lease(store, hardware, [spec.key], holder, lease_s):
+        if source is None:
+            (o,) = search_full([spec], target, store, hardware, **common)  # type: ignore[arg-type]
+        else:
+            o = search_reuse(spec, source, target, store, hardware, reuse_trials=reuse_trials,
+                             escalate_below=escalate_below, **common)  # type: ignore[arg-type]
+        if o.outcome != "fallback":
+            store.mark_done(o.key, hardware, holder)
+    return o
+
+
+def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
+    """Return a :class:`NodeSpec` for every task, bridge and stored node of ``mp``.
+
+    ``mods`` holds the TIR module of every task and bridge node; stored nodes get none.
+    """
+    from tunecache.tvm_layer.convert import workload_of
+
+    specs: dict[str, NodeSpec] = {}
+    for n, m in mods.items():
+        if n in mp.tasks:
+            t = mp.tasks[n]
+            specs[n] = NodeSpec(n, t.name, workload_of(m)[0], m, float(t.weight), float(t.nest.work))
+        else:
+            work = float(mp.bridges[n].work) if n in mp.bridges else 0.0
+            specs[n] = NodeSpec(n, n, workload_of(m)[0], m, 1.0, work)
+    for n, s in mp.stored.items():
+        specs[n] = NodeSpec(n, s.name, s.key, None, 1.0, float(s.nest.work))
+    return specs
+
+
 def execute_plan(
     mp: ModelPlan,
     mods: dict[str, Any],
@@ -162,24 +389,26 @@ def execute_plan(
         Called after every finished step (progress, resumability reporting).
     runner
         A MetaSchedule runner (e.g. an RPC runner); default the local one.
+
+    Notes
+    -----
+    Full searches that are ready together share one task-scheduler run (:func:`search_full`);
+    a reuse child runs (:func:`search_reuse`) once its source is committed.
+    :func:`tunecache.search.ray_executor.execute_plan_ray` runs the same per-node functions as
+    Ray tasks.
     """
-    from tunecache.search.full import FullSearchTask, tune_tasks
     from tunecache.search.measure import make_builder, make_runner
-    from tunecache.tvm_layer.convert import workload_of
 
     holder = holder or default_holder()
     start = time.time()
-    keys = {n: workload_of(m)[0] for n, m in mods.items()}
-    for n, s in mp.stored.items():
-        keys[n] = s.key
-    names = {n: (mp.tasks[n].name if n in mp.tasks else n) for n in mods}
-    work = {n: t.nest.work for n, t in mp.tasks.items()}
-    work.update({n: b.work for n, b in mp.bridges.items()})
-    work.update({n: s.nest.work for n, s in mp.stored.items()})
+    deadline = None if time_budget_s is None else start + time_budget_s
+    specs = node_specs(mp, mods)
     own_dir = work_dir is None
     wd = Path(tempfile.mkdtemp(prefix="tunecache-plan-")) if own_dir else Path(work_dir)  # type: ignore[arg-type]
     builder = make_builder()
     runner = runner or make_runner()
+    common = dict(full_trials=full_trials, builder=builder, runner=runner, work_dir=wd, seed=seed, deadline=deadline,
+                  progress=progress)
     out: dict[str, StepOutcome] = {}
 
     def finish(o: StepOutcome) -> None:
@@ -190,98 +419,43 @@ def execute_plan(
             on_step(o)
 
     def over_budget() -> bool:
-        return time_budget_s is not None and time.time() - start > time_budget_s
-
-    def full_search(nodes: list[str], note: str = "full search") -> list[StepOutcome]:
-        budgets = {n: max(0, full_trials - store.count_records(hardware, workload=keys[n])) for n in nodes}
-        todo = [n for n in nodes if budgets[n] > 0]
-        done: list[StepOutcome] = []
-        for n in nodes:
-            if budgets[n] == 0:
-                best = store.best_k(keys[n], hardware, 1)
-                done.append(StepOutcome(n, names[n], keys[n], "tuned" if best else "fallback",
-                                        note="budget already spent (resumed)", latency_s=best[0].latency_s if best else None))
-        if not todo:
-            return done
-        db = make_database(store, hardware, target, provenance=_prov(hardware, "tuned"),
-                           names={keys[n].shash: names[n] for n in todo})
-        remaining = None if time_budget_s is None else max(1.0, time_budget_s - (time.time() - start))
-        try:
-            results = tune_tasks([FullSearchTask(n, mods[n], float(mp.tasks[n].weight) if n in mp.tasks else 1.0)
-                                  for n in todo], target, db, trials_per_task=max(budgets[n] for n in todo),
-                                 max_trials_global=sum(budgets[n] for n in todo), time_budget_s=remaining, seed=seed,
-                                 work_dir=str(wd / "full"), progress=progress, builder=builder, runner=runner)
-        except RuntimeError as err:
-            reraise_store_error(db, err)
-            raise
-        for n, r in zip(todo, results):
-            best = store.best_k(keys[n], hardware, 1)
-            done.append(StepOutcome(n, names[n], keys[n], "tuned" if best else "fallback", r.trials, r.seconds,
-                                    note=note if best else "no candidate built and ran",
-                                    latency_s=best[0].latency_s if best else None))
-        return done
-
-    def reuse(n: str, src: str) -> StepOutcome:
-        from tunecache.search.narrow import narrowed_search
-
-        src_key = keys[src]
-        sources = store.best_k(src_key, hardware, 3)
-        if not sources:
-            (o,) = full_search([n], note="source has no valid program")
-            return o
-        db = make_database(store, hardware, target, provenance=_prov(hardware, "reused", src_key, sources[0].uid),
-                           names={keys[n].shash: names[n]})
-        t0 = time.time()
-        try:
-            res = narrowed_search(sources, mods[n], target, builder=builder, runner=runner, max_trials=reuse_trials,
-                                  seed=seed or 0, database=db, task_name=names[n])
-        except RuntimeError as err:
-            reraise_store_error(db, err)
-            raise
-        secs = time.time() - t0
-        best = store.best_k(keys[n], hardware, 1)
-        src_tput = work.get(src, 0) / sources[0].latency_s if sources[0].latency_s else 0.0
-        tput = work.get(n, 0) / best[0].latency_s if best and best[0].latency_s else 0.0
-        if not best or (src_tput > 0 and tput < escalate_below * src_tput):
-            why = "no valid reused program" if not best else f"throughput {tput / src_tput:.2f}x its source's"
-            (o,) = full_search([n])  # seeded: the narrowed candidates are alpha's records already
-            return replace(o, trials=o.trials + res.trials, seconds=o.seconds + secs, escalated=True,
-                           source=str(src_key), note=f"escalated to full search ({why})")
-        return StepOutcome(n, names[n], keys[n], "reused", res.trials, secs, source=str(src_key),
-                           note=f"narrowed search from {names.get(src, src)}", latency_s=best[0].latency_s)
+        return deadline is not None and time.time() > deadline
 
     try:
         pending = [s for s in mp.plan.steps]
-        deadline = time.time() + wait_s
+        give_up = time.time() + wait_s
         while pending and not over_budget():
             ready_full, ready_reuse, waiting = [], [], []
             for s in pending:
-                n = s.node
-                if store.is_done(keys[n], hardware):
-                    best = store.best_k(keys[n], hardware, 1)
-                    finish(StepOutcome(n, names[n], keys[n], "hit", note="done in the store",
+                spec = specs[s.node]
+                if store.is_done(spec.key, hardware):
+                    best = store.best_k(spec.key, hardware, 1)
+                    finish(StepOutcome(s.node, spec.name, spec.key, "hit", note="done in the store",
                                        latency_s=best[0].latency_s if best else None))
                     continue
                 src_ok = s.source == ROOT or s.source in mp.stored or s.source in out
-                other = store.claim_holder(keys[n], hardware) if src_ok else None
+                other = store.claim_holder(spec.key, hardware) if src_ok else None
                 steal = other if other != holder and holder_is_dead(other) else None
-                if not src_ok or not store.claim(keys[n], hardware, holder, lease_s, steal_from=steal):
+                if not src_ok or not store.claim(spec.key, hardware, holder, lease_s, steal_from=steal):
                     waiting.append(s)
                     continue
                 (ready_full if s.source == ROOT else ready_reuse).append(s)
             if ready_full:
-                with Lease(store, hardware, [keys[s.node] for s in ready_full], holder, lease_s):
-                    for o in full_search([s.node for s in ready_full]):
+                with Lease(store, hardware, [specs[s.node].key for s in ready_full], holder, lease_s):
+                    for o in search_full([specs[s.node] for s in ready_full], target, store, hardware,
+                                         **common):  # type: ignore[arg-type]
                         finish(o)
             for s in ready_reuse:
                 if over_budget():
-                    store.release(keys[s.node], hardware, holder)
+                    store.release(specs[s.node].key, hardware, holder)
                     continue
-                with Lease(store, hardware, [keys[s.node]], holder, lease_s):
-                    finish(reuse(s.node, s.source))
+                with Lease(store, hardware, [specs[s.node].key], holder, lease_s):
+                    finish(search_reuse(specs[s.node], specs[s.source], target, store, hardware,
+                                        reuse_trials=reuse_trials, escalate_below=escalate_below,
+                                        **common))  # type: ignore[arg-type]
             pending = [s for s in waiting if s.node not in out] + [s for s in ready_reuse if s.node not in out]
             if pending and not ready_full and not ready_reuse:
-                if time.time() > deadline:
+                if time.time() > give_up:
                     break
                 time.sleep(1.0)  # another warmer holds these: wait for its done mark or lease expiry
     finally:
@@ -290,6 +464,7 @@ def execute_plan(
             shutil.rmtree(wd, ignore_errors=True)
     for s in mp.plan.steps:
         if s.node not in out:
-            out[s.node] = StepOutcome(s.node, names[s.node], keys[s.node], "fallback",
+            spec = specs[s.node]
+            out[s.node] = StepOutcome(s.node, spec.name, spec.key, "fallback",
                                       note="time budget spent" if over_budget() else "claimed by another warmer")
     return out

@@ -146,7 +146,10 @@ def import_jsondb(
             key, _wl, mod = workloads[idx]
             meta = sidecar[i] if sidecar is not None and i < len(sidecar) and isinstance(sidecar[i], dict) else None
             if meta is not None and "hardware" in meta:
-                hw = HardwareKey.from_dict(meta["hardware"])
+                try:
+                    hw = HardwareKey.from_dict(meta["hardware"])
+                except (KeyError, TypeError, ValueError, AttributeError) as err:
+                    raise InvalidRecordError(f"{where}: bad hardware key in {SIDECAR_FILE} ({err!r})") from err
                 prov = Provenance.from_dict(meta.get("provenance", {}))
             else:
                 if not isinstance(target_json, dict) or "kind" not in target_json:

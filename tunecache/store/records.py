@@ -183,7 +183,7 @@ class Record:
         provenance: Provenance,
     ) -> "Record":
         """Build a record from a raw measurement, validating the trace and run times."""
-        secs = decode_run_secs(list(run_secs) if run_secs is not None else [])
+        secs = decode_run_secs(run_secs)
         return cls(
             workload=workload,
             hardware=hardware,
