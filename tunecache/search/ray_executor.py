@@ -49,6 +49,7 @@ from tunecache.reuse.graph import ROOT
 from tunecache.reuse.planner import ModelPlan
 from tunecache.search.execute import DEFAULT_ESCALATE_BELOW, NodeSpec, StepOutcome, node_specs
 from tunecache.store.keys import HardwareKey
+from tunecache.tvm_layer.convert import error_line
 
 __all__ = ["execute_plan_ray", "hardware_resource", "RESOURCE_PREFIX"]
 
@@ -181,11 +182,6 @@ def _feasible(ray: Any, resource: str | None) -> bool:
         if n.get("Alive") and r.get("CPU", 0) >= 1 and (not resource or r.get(resource, 0) >= 1):
             return True
     return False
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else type(err).__name__
 
 
 def execute_plan_ray(
@@ -333,7 +329,7 @@ def execute_plan_ray(
                     finish(ray.get(r))
                 except ray.exceptions.RayError as err:  # the task (or its source's) crashed or was cancelled
                     s = specs[refs[r]]
-                    finish(StepOutcome(s.node, s.name, s.key, "fallback", note=f"Ray task failed: {_first_line(err)}"))
+                    finish(StepOutcome(s.node, s.name, s.key, "fallback", note=f"Ray task failed: {error_line(err)}"))
             if ready or not pending:
                 continue
             now = time.time()

@@ -57,10 +57,11 @@ def workload_from_json(key: WorkloadKey, mod_json: str) -> Any:
     try:
         return ms.database.Workload.from_json([key.shash, mod_json])
     except Exception as err:  # TVM raises its own error types from C++
-        raise InvalidRecordError(f"workload {key}: stored module does not decode ({_first_line(err)})") from err
+        raise InvalidRecordError(f"workload {key}: stored module does not decode ({error_line(err)})") from err
 
 
-def _first_line(err: BaseException) -> str:
+def error_line(err: BaseException) -> str:
+    """Return the last non-empty line of an error (TVM puts the message last), at most 300 chars."""
     lines = [ln for ln in str(err).splitlines() if ln.strip()]
     return lines[-1][:300] if lines else type(err).__name__
 
@@ -119,7 +120,7 @@ def record_to_tvm(record: Record, workload: Any, target: Any) -> Any:
     try:
         return ms.database.TuningRecord.from_json(js, workload)
     except Exception as err:  # C++ errors for unknown instructions etc.
-        raise InvalidRecordError(f"record {record.uid}: trace does not load ({_first_line(err)})") from err
+        raise InvalidRecordError(f"record {record.uid}: trace does not load ({error_line(err)})") from err
 
 
 def _plain_target(d: Any) -> Any:
@@ -141,5 +142,5 @@ def trace_replays(record: Record, mod: Any) -> str | None:
     except InvalidRecordError as err:
         return str(err)
     except Exception as err:  # noqa: BLE001 - any TVM failure means "does not replay"
-        return _first_line(err)
+        return error_line(err)
     return None
