@@ -11,6 +11,8 @@ __all__ = ["register", "collect_tasks", "make_plan"]
 
 def collect_tasks(specs: list[str], target: Any) -> list[Any]:
     """Import each model spec and return its tasks deduplicated by workload key (weights summed)."""
+    from dataclasses import replace
+
     from tunecache import frontend
     from tunecache.cli_compile import load_model_spec
 
@@ -20,8 +22,7 @@ def collect_tasks(specs: list[str], target: Any) -> list[Any]:
         mod = frontend.prepare_for_tuning(frontend.import_model(model, inputs), target)
         for t in frontend.extract_tasks(mod, target):
             if t.key in merged:
-                old = merged[t.key]
-                merged[t.key] = type(old)(old.name, old.weight + t.weight, old.mod, old.desc, old.key)
+                merged[t.key] = replace(merged[t.key], weight=merged[t.key].weight + t.weight)
             else:
                 merged[t.key] = t
     return list(merged.values())

@@ -21,7 +21,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable, Literal, Mapping
+from typing import Any, Callable, Collection, Iterable, Literal, Mapping
 
 import networkx as nx
 
@@ -446,19 +446,17 @@ class _Arborescence:
                     return False
                 nodes.add(b)
                 self.parent[b], self.cost[b] = src, wb
-                for t, (u, w) in moved.items():
-                    self.parent[t], self.cost[t] = u, w
-                self.total += delta
+                self._apply(moved, delta)
                 return True
         if len(self.nodes) > _EXACT_LIMIT:
             return self._local_add(b, accept)
-        trial = self.copy()
-        trial.nodes.add(b)
-        trial._rebuild()
-        if trial.total - self.total >= accept:
-            return False
-        self.__dict__.update(trial.__dict__)
-        return True
+        return self._try_rebuilt(lambda nodes: nodes.add(b), accept)
+
+    def _apply(self, moved: Mapping[str, tuple[str, float]], delta: float) -> None:
+        """Re-parent the ``moved`` nodes and add ``delta`` to the total."""
+        for t, (u, w) in moved.items():
+            self.parent[t], self.cost[t] = u, w
+        self.total += delta
 
     def _is_below(self, u: str, c: str, moved: Mapping[str, tuple[str, float]]) -> bool:
         """Return whether ``u`` is ``c`` or lies in ``c``'s subtree."""
@@ -533,14 +531,16 @@ class _Arborescence:
                     return False
                 nodes.discard(b)
                 del self.parent[b], self.cost[b]
-                for t, (u, w) in moved.items():
-                    self.parent[t], self.cost[t] = u, w
-                self.total += delta
+                self._apply(moved, delta)
                 return True
         if len(self.nodes) > _EXACT_LIMIT:
             return self._local_remove(b, accept)
+        return self._try_rebuilt(lambda nodes: nodes.discard(b), accept)
+
+    def _try_rebuilt(self, change: Callable[[set[str]], None], accept: float) -> bool:
+        """Apply ``change`` to a copy's node set, rebuild it exactly, keep it if it gains ``accept``."""
         trial = self.copy()
-        trial.nodes.discard(b)
+        change(trial.nodes)
         trial._rebuild()
         if trial.total - self.total >= accept:
             return False
