@@ -29,7 +29,7 @@ from tunecache.reuse import (
     reuse_weight,
 )
 from tunecache.reuse import planning
-from tunecache.reuse.synthetic import synthetic_choice_graph
+from tunecache.reuse.synthetic import random_choice_graph, synthetic_choice_graph
 
 #: Deterministic examples (derandomized), no per-example deadline.
 PROPERTY = settings(
@@ -271,19 +271,6 @@ def test_max_bridges_is_respected(case, cap) -> None:
     assert plan.total_cost >= exact_steiner_cost(g, required=required, max_bridges=cap) - TOL
 
 
-def _random_instance(rng: random.Random) -> tuple[nx.DiGraph, list[str]]:
-    tasks = {f"t{i}": rng.choice([100.0, 500.0, 1000.0]) for i in range(rng.randint(2, 7))}
-    bridges = {f"b{i}": rng.choice([100.0, 500.0, 1000.0]) for i in range(rng.randint(1, 7))}
-    stored = [f"s{i}" for i in range(rng.randint(0, 2))]
-    p = rng.choice([0.2, 0.4, 0.7])
-    edges = [
-        CostEdge(s, t, rng.uniform(0, 1000) * rng.random(), rng.choice([1.0, 1.0, 1.1, 1.3]))
-        for s in [*tasks, *bridges, *stored]
-        for t in [*tasks, *bridges]
-        if s != t and rng.random() < p
-    ]
-    return build_choice_graph(tasks, edges, bridges=bridges, stored=stored), sorted(tasks)
-
 
 def test_measured_approximation_gap(record_property: pytest.RecordProperty) -> None:
     """Gap of plan_reuse versus the exact optimum on fixed random and synthetic instances.
@@ -297,7 +284,7 @@ def test_measured_approximation_gap(record_property: pytest.RecordProperty) -> N
     rng = random.Random(20220201)
     gaps = {"random": [], "synthetic": []}
     for _ in range(400):
-        g, required = _random_instance(rng)
+        g, required = random_choice_graph(rng, max_bridges=7)
         exact = exact_steiner_cost(g, required=required)
         gaps["random"].append(plan_reuse(g, required=required).total_cost / exact)
     for seed in range(150):

@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tunecache.reuse import CostEdge, build_choice_graph, exact_steiner_cost, plan_reuse  # noqa: E402
-from tunecache.reuse.synthetic import synthetic_choice_graph  # noqa: E402
+from tunecache.reuse import exact_steiner_cost, plan_reuse  # noqa: E402
+from tunecache.reuse.synthetic import random_choice_graph, synthetic_choice_graph  # noqa: E402
 
 
 def _best_of(repeat: int, fn: Any) -> tuple[float, Any]:
@@ -69,25 +69,12 @@ def bench_size(n: int, seed: int, n_stored: int, repeat: int) -> dict[str, Any]:
     }
 
 
-def _random_instance(rng: random.Random) -> tuple[Any, list[str]]:
-    tasks = {f"t{i}": rng.choice([100.0, 500.0, 1000.0]) for i in range(rng.randint(2, 7))}
-    bridges = {f"b{i}": rng.choice([100.0, 500.0, 1000.0]) for i in range(rng.randint(1, 8))}
-    stored = [f"s{i}" for i in range(rng.randint(0, 2))]
-    p = rng.choice([0.2, 0.4, 0.7])
-    edges = [
-        CostEdge(s, t, rng.uniform(0, 1000) * rng.random(), rng.choice([1.0, 1.0, 1.1, 1.3]))
-        for s in [*tasks, *bridges, *stored]
-        for t in [*tasks, *bridges]
-        if s != t and rng.random() < p
-    ]
-    return build_choice_graph(tasks, edges, bridges=bridges, stored=stored), sorted(tasks)
-
 
 def bench_gap(instances: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     gaps: dict[str, list[float]] = {"random_graphs": [], "synthetic_10_tasks": []}
     for _ in range(instances):
-        g, required = _random_instance(rng)
+        g, required = random_choice_graph(rng, max_bridges=8)
         gaps["random_graphs"].append(
             plan_reuse(g, required=required).total_cost / exact_steiner_cost(g, required=required)
         )

@@ -260,3 +260,23 @@ def synthetic_choice_graph(
         quality_weight=quality_weight,
     )
     return g, [w.name for w in tasks]
+
+
+def random_choice_graph(rng: random.Random, *, max_bridges: int = 7) -> tuple[nx.DiGraph, list[str]]:
+    """Return a small random OC graph (2-7 tasks, 1-``max_bridges`` bridges, 0-2 stored) and its tasks.
+
+    Edge density, costs and qualities are drawn from ``rng``; reuse edges run in every
+    direction (cycles included). Used to measure the Steiner approximation against the exact
+    optimum (tests and ``tools/bench_plan.py``).
+    """
+    tasks = {f"t{i}": rng.choice([100.0, 500.0, 1000.0]) for i in range(rng.randint(2, 7))}
+    bridges = {f"b{i}": rng.choice([100.0, 500.0, 1000.0]) for i in range(rng.randint(1, max_bridges))}
+    stored = [f"s{i}" for i in range(rng.randint(0, 2))]
+    p = rng.choice([0.2, 0.4, 0.7])
+    edges = [
+        CostEdge(s, t, rng.uniform(0, 1000) * rng.random(), rng.choice([1.0, 1.0, 1.1, 1.3]))
+        for s in [*tasks, *bridges, *stored]
+        for t in [*tasks, *bridges]
+        if s != t and rng.random() < p
+    ]
+    return build_choice_graph(tasks, edges, bridges=bridges, stored=stored), sorted(tasks)
