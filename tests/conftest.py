@@ -110,3 +110,9 @@ def runner():
     pool = getattr(r, "pool", None)
     if pool is not None:
         pool.shutdown(wait=True)
+
+
+@pytest.fixture(autouse=True)
+def _library_cache_dir(tmp_path_factory, monkeypatch) -> None:
+    """Built libraries go to a directory of this test session, never the user's cache."""
+    monkeypatch.setenv("TUNECACHE_LIB_CACHE", str(tmp_path_factory.getbasetemp() / "libcache"))

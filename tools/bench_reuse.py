@@ -13,9 +13,14 @@ Every final pick is then built in this process and re-measured head to head, int
 (``--repeats`` rounds, median), and checked against numpy. Output: a JSON report (stdout and
 ``--out``) and a PNG plot (``--plot``) of alpha's throughput normalized to full search.
 
-Example::
+``--sets`` adds ETO's operator-set evaluation (``tools/reuse_sets.py``): the BERT-base layer's
+matmul tasks and resnet50's distinct conv2d tasks, full search vs tunecache's plan vs TopK,
+zero-trial replay and sketch re-sampling, weighted by call counts (``--sets-plot``).
+
+Examples::
 
     python tools/bench_reuse.py --budget 32 --pairs mm-small,conv-small --out reuse.json
+    python tools/bench_reuse.py --pairs '' --sets bert,resnet50 --budget 48
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "tools"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from tunecache.tvm_layer import load_tvm  # noqa: E402
 
@@ -165,7 +171,8 @@ def _inputs(mod: Any, seed: int = 0) -> tuple[list[Any], list[Any]]:
     arrays = []
     for p in func.params:
         shape = [int(x) for x in p.shape]
-        arrays.append(rng.standard_normal(shape).astype(str(p.dtype)))
+        # positive, away from zero: fused batch-norm epilogues divide by an input
+        arrays.append(rng.uniform(0.5, 1.5, shape).astype(str(p.dtype)))
     dev = tvm.cpu()
     return arrays, [tvm.runtime.tensor(a, dev) for a in arrays]
 
@@ -180,11 +187,16 @@ def head_to_head(picks: dict[str, Any], mod: Any, target: Any, repeats: int) -> 
     arrays, ref_args = _inputs(mod)
     ref_rt["main"](*ref_args)
     expected = ref_args[-1].numpy()
-    timers, out = {}, {}
+    timers, out, same = {}, {}, {}
+    first_of: dict[int, str] = {}
     for name, sch in picks.items():
         if sch is None:
             out[name] = {"latency_s": None, "correct": None}
             continue
+        if id(sch) in first_of:  # the same program picked by two methods: measured once, shared
+            same[name] = first_of[id(sch)]
+            continue
+        first_of[id(sch)] = name
         rt = tvm.tirx.build(sch.mod, target)
         _, args = _inputs(mod)
         rt["main"](*args)
@@ -196,6 +208,8 @@ def head_to_head(picks: dict[str, Any], mod: Any, target: Any, repeats: int) -> 
             out[name]["samples"].append(float(f(*args).mean))
     for name in timers:
         out[name]["latency_s"] = statistics.median(out[name]["samples"])
+    for name, first in same.items():
+        out[name] = out[first]
     return out
 
 
@@ -324,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--narrow-trials", type=int, default=32, help="max_trials of narrowed search")
     ap.add_argument("--pairs", default="mm-small,mm-large,conv-small,conv-wide,bmm",
                     help=f"comma-separated, from {sorted(PAIRS)}")
+    ap.add_argument("--sets", default="", help="comma-separated operator sets, from ['bert', 'resnet50']")
+    ap.add_argument("--reuse-trials", type=int, default=None,
+                    help="narrowed-search budget of the operator-set plan (default budget // 4, >= 4)")
+    ap.add_argument("--no-bridges", action="store_true", help="operator-set plan without bridge operators")
+    ap.add_argument("--sets-plot", default="bench_reuse_sets.png")
     ap.add_argument("--repeats", type=int, default=7, help="interleaved re-measurement rounds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench_reuse.json")
@@ -333,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in names if p not in PAIRS]
     if unknown:
         ap.error(f"unknown pairs {unknown}; choose from {sorted(PAIRS)}")
+    from reuse_sets import SETS, plot_sets, run_set
+
+    sets = [x for x in args.sets.split(",") if x]
+    if [x for x in sets if x not in SETS]:
+        ap.error(f"unknown operator sets {sets}; choose from {sorted(SETS)}")
 
     tvm = load_tvm("llvm")
     from tunecache.search.measure import make_builder, make_runner
@@ -342,20 +366,29 @@ def main(argv: list[str] | None = None) -> int:
     work = tempfile.mkdtemp(prefix="bench-reuse-")
     builder = make_builder(artifact_dir=f"{work}/artifacts")
     runner = make_runner()
-    reports = []
+    reports: list[dict[str, Any]] = []
+    set_reports: list[dict[str, Any]] = []
     start = time.perf_counter()
+    doc: dict[str, Any] = {"target": str(target), "budget": args.budget, "narrow_trials": args.narrow_trials,
+                           "repeats": args.repeats, "pairs": reports, "sets": set_reports}
     try:
         for name in names:
             reports.append(run_pair(name, args.budget, args.narrow_trials, args.repeats, args.seed,
                                     builder, runner, target, work))
-            Path(args.out).write_text(json.dumps({"target": str(target), "pairs": reports}, indent=1))
+            Path(args.out).write_text(json.dumps(doc, indent=1))
     finally:
         builder.close()
-    doc = {"target": str(target), "budget": args.budget, "narrow_trials": args.narrow_trials,
-           "repeats": args.repeats, "seconds": time.perf_counter() - start, "pairs": reports}
+    reuse_trials = args.reuse_trials or max(4, args.budget // 4)
+    for name in sets:
+        set_reports.append(run_set(name, args.budget, reuse_trials, args.repeats, args.seed, not args.no_bridges,
+                                   work, measure_once, resample_sketch, head_to_head))
+        Path(args.out).write_text(json.dumps(doc, indent=1))
+    doc["seconds"] = time.perf_counter() - start
     Path(args.out).write_text(json.dumps(doc, indent=1))
     if reports:
         plot(reports, args.plot)
+    if set_reports:
+        plot_sets(set_reports, args.sets_plot)
     print(json.dumps(doc, indent=1))
     return 0
 

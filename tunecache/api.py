@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -41,11 +42,13 @@ class CompiledModel:
         The ``tvm.target.Target`` it was compiled for.
     """
 
-    def __init__(self, executable: Any, imported: Any, target: Any, report: CompileReport) -> None:
+    def __init__(self, executable: Any, imported: Any, target: Any, report: CompileReport,
+                 library_path: Path | None = None) -> None:
         self.executable = executable
         self.imported = imported
         self.target = target
         self.report = report
+        self._library_path = library_path  # set when the executable was loaded from the library cache
         self._vm: Any = None
 
     def __call__(self, *inputs: Any) -> Any:
@@ -60,6 +63,10 @@ class CompiledModel:
         """Write a deployable shared library that ``tvm.runtime.load_module`` loads back."""
         from tunecache import frontend
 
+        if self._library_path is not None:  # loaded from the library cache: it is that file
+            out = Path(path)
+            shutil.copyfile(self._library_path, out)
+            return out
         return frontend.export_library(self.executable, path)
 
     def __repr__(self) -> str:
@@ -80,6 +87,7 @@ def compile(  # noqa: A001 - the product's verb
     work_dir: "str | os.PathLike[str] | None" = None,
     progress: bool = True,
     escalate_below: float | None = None,
+    library_cache: "str | os.PathLike[str] | bool | None" = None,
 ) -> CompiledModel:
     """Compile ``model`` for ``target`` with the store's tuned programs; tune what is missing.
 
@@ -116,6 +124,11 @@ def compile(  # noqa: A001 - the product's verb
     escalate_below
         A task reused from a similar program is re-tuned by full search when its throughput is
         below this fraction of its source's (default 0.7; 0 never escalates).
+    library_cache
+        Where built libraries are cached (:mod:`tunecache.libcache`): ``None`` for the default
+        (``$TUNECACHE_LIB_CACHE`` or ``~/.cache/tunecache/libs``), a directory, or ``False`` to
+        always build. A compile whose model, target and chosen records match a cached library
+        loads it instead of generating code again.
 
     Returns
     -------
@@ -161,10 +174,9 @@ def compile(  # noqa: A001 - the product's verb
         searched, tuning_s = _search(misses, tgt, st, hw, trials_per_task, time_budget_s, seed, work_dir, progress,
                                      reuse=tune != "always", escalate_below=escalate_below)
 
-    # 4. build with the best programs the store now has
-    from tunecache.store.adapter import make_database
-
-    executable = frontend.build(mod, tgt, database=make_database(st, hw, tgt))
+    # 4. build with the best programs the store now has (or load the library built from them)
+    t_build = time.time()
+    executable, library_path, build = _build(mod, tgt, st, hw, tasks, library_cache)
 
     report = _report(tasks, found, searched, st, hw, tune)
     report = replace(
@@ -174,9 +186,50 @@ def compile(  # noqa: A001 - the product's verb
         seconds_total=time.time() - t0,
         seconds_tuning=tuning_s,
         budget={"trials_per_task": trials_per_task, "time_budget_s": time_budget_s, "tune": tune},
+        build=build,
+        seconds_build=time.time() - t_build,
     )
     log.info(report.summary())
-    return CompiledModel(executable, imported, tgt, report)
+    return CompiledModel(executable, imported, tgt, report, library_path)
+
+
+def _build(mod: Any, tgt: Any, st: Store, hw: Any, tasks: list[Any],
+           library_cache: "str | os.PathLike[str] | bool | None") -> tuple[Any, Path | None, str]:
+    """Build ``mod`` with the store's best programs, or load the cached library built from them."""
+    from tunecache import frontend
+    from tunecache.store.adapter import make_database
+
+    cache = _library_cache(library_cache)
+    key = None
+    if cache is not None:
+        import tvm_ffi
+
+        from tunecache.libcache import library_key
+
+        programs = []
+        for t in tasks:
+            best = st.best_k(t.key, hw, 1)
+            programs.append((t.key.shash, best[0].uid if best else None))
+        key = library_key(str(tvm_ffi.structural_hash(mod)), str(tgt), hw.id, programs)
+        lib = cache.load(key)
+        if lib is not None:
+            return lib, cache.path(key), "loaded from the library cache"
+    executable = frontend.build(mod, tgt, database=make_database(st, hw, tgt))
+    if cache is not None and key is not None and cache.save(key, executable) is not None:
+        return executable, None, "built, cached"
+    return executable, None, "built"
+
+
+def _library_cache(setting: "str | os.PathLike[str] | bool | None") -> Any:
+    from tunecache.config import default_library_cache_dir
+    from tunecache.libcache import LibraryCache
+
+    if setting is False:
+        return None
+    if setting is None or setting is True:
+        directory = default_library_cache_dir()
+        return LibraryCache(directory) if directory is not None else None
+    return LibraryCache(setting)
 
 
 def _search(misses: list[Any], tgt: Any, st: Store, hw: Any, trials_per_task: int, time_budget_s: float | None,

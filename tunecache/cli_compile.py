@@ -76,6 +76,7 @@ def _cmd_compile(a: argparse.Namespace) -> int:
         time_budget_s=a.time_budget,
         seed=a.seed,
         progress=not a.quiet,
+        library_cache=False if a.no_library_cache else None,
     )
     if a.json:
         print(cm.report.to_json())
@@ -127,6 +128,9 @@ def register(sub: Any, add_db: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("-o", "--output", help="write a deployable shared library (.so)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.add_argument("--no-library-cache", action="store_true",
+                   help="always generate code (default: load the library built last time when the model, "
+                        "target and records are unchanged; TUNECACHE_LIB_CACHE=off does the same)")
     p.set_defaults(fn=_cmd_compile)
 
     z = sub.add_parser("zoo", help="the built-in model zoo")

@@ -11,6 +11,9 @@ XDG_CACHE_HOME
     Base of the default store location (``$XDG_CACHE_HOME/tunecache/tunecache.db``).
 TUNECACHE_USER
     Name recorded as the author of records (default: the login name).
+TUNECACHE_LIB_CACHE
+    Directory of built model libraries (:mod:`tunecache.libcache`; default
+    ``$XDG_CACHE_HOME/tunecache/libs``), or ``off`` to always build.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 ENV_DB = "TUNECACHE_DB"
 ENV_USER = "TUNECACHE_USER"
+ENV_LIB_CACHE = "TUNECACHE_LIB_CACHE"
 
 
 def default_cache_dir() -> Path:
@@ -36,6 +40,14 @@ def default_store_url() -> str:
     if url:
         return url
     return "sqlite:///" + str(default_cache_dir() / "tunecache.db")
+
+
+def default_library_cache_dir() -> Path | None:
+    """Return the built-library cache directory, or ``None`` when ``TUNECACHE_LIB_CACHE=off``."""
+    value = os.environ.get(ENV_LIB_CACHE, "").strip()
+    if value.lower() in ("off", "0", "no", "false", "none"):
+        return None
+    return Path(value) if value else default_cache_dir() / "libs"
 
 
 def current_user() -> str:

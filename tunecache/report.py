@@ -78,6 +78,8 @@ class CompileReport:
     seconds_total: float = 0.0
     seconds_tuning: float = 0.0
     budget: dict[str, Any] = field(default_factory=dict)
+    build: str = ""  # how the library was made: "built", "built, cached" or "loaded from the library cache"
+    seconds_build: float = 0.0
 
     def count(self, outcome: str) -> int:
         """Return how many tasks had ``outcome``."""
@@ -105,6 +107,8 @@ class CompileReport:
                 "hardware": self.hardware,
                 "seconds_total": self.seconds_total,
                 "seconds_tuning": self.seconds_tuning,
+                "build": self.build,
+                "seconds_build": self.seconds_build,
                 "trials": self.trials,
                 "counts": {o: self.count(o) for o in OUTCOMES},
                 "budget": self.budget,
@@ -130,4 +134,6 @@ class CompileReport:
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
         lines = [fmt(header), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows), "", self.summary()]
+        if self.build:
+            lines.append(f"library: {self.build} ({format_seconds(self.seconds_build)})")
         return "\n".join(lines)

@@ -17,7 +17,7 @@ from tunecache.store.adapter import make_database, reraise_store_error
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.store import Store
 
-__all__ = ["MissTask", "MissOutcome", "search_misses"]
+__all__ = ["MissTask", "MissOutcome", "search_misses", "plan_and_execute"]
 
 
 @dataclass(frozen=True)
@@ -141,11 +141,19 @@ def search_misses(
     return out
 
 
-def _plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardware: HardwareKey, *,
-                      trials_per_task: int, reuse_trials: int, bridges: bool, escalate_below: float | None,
-                      time_budget_s: float | None,
-                      seed: int | None, work_dir: Any, progress: Any) -> dict[WorkloadKey | str, MissOutcome]:
-    """Rungs 2 and 3: plan reuse over the misses, then narrowed searches and full searches."""
+def plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardware: HardwareKey, *,
+                     trials_per_task: int, reuse_trials: int, bridges: bool, escalate_below: float | None = None,
+                     time_budget_s: float | None = None, seed: int | None = None, work_dir: Any = None,
+                     progress: Any = None) -> tuple[Any, dict[str, Any]]:
+    """Plan reuse over ``tasks``, execute the plan, re-measure the bests; return the plan and its steps.
+
+    Returns
+    -------
+    (ModelPlan, dict)
+        The :class:`~tunecache.reuse.planner.ModelPlan` and a
+        :class:`~tunecache.search.execute.StepOutcome` per plan node (tasks and bridges).
+        Benchmarks use the plan to trace each reused task back to the full search it came from.
+    """
     from tunecache.cli_plan import make_plan
     from tunecache.reuse.bridge import materialize_bridge
     from tunecache.search.execute import DEFAULT_ESCALATE_BELOW, execute_plan
@@ -158,6 +166,17 @@ def _plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hard
                          escalate_below=DEFAULT_ESCALATE_BELOW if escalate_below is None else escalate_below,
                          time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress)
     _remeasure_bests([(by_key[pt.key], steps[n]) for n, pt in mp.tasks.items() if n in steps], target, store, hardware)
+    return mp, steps
+
+
+def _plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardware: HardwareKey, *,
+                      trials_per_task: int, reuse_trials: int, bridges: bool, escalate_below: float | None,
+                      time_budget_s: float | None,
+                      seed: int | None, work_dir: Any, progress: Any) -> dict[WorkloadKey | str, MissOutcome]:
+    """Rungs 2 and 3: plan reuse over the misses, then narrowed searches and full searches."""
+    mp, steps = plan_and_execute(tasks, target, store, hardware, trials_per_task=trials_per_task,
+                                 reuse_trials=reuse_trials, bridges=bridges, escalate_below=escalate_below,
+                                 time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress)
     out: dict[WorkloadKey | str, MissOutcome] = {}
     for node, o in steps.items():
         outcome = o.outcome if o.outcome in ("tuned", "reused", "fallback") else "tuned"
