@@ -199,6 +199,30 @@ def test_search_sizing_small_budget() -> None:
         assert 1 <= per_iter <= min(64, trials)
 
 
+def test_a_time_budget_shrinks_rounds_so_every_task_gets_a_first_round() -> None:
+    from tunecache.search.full import (
+        FIRST_PASS_SECONDS_PER_ROUND,
+        FIRST_PASS_SECONDS_PER_TRIAL,
+        FIRST_PASS_SHARE,
+        fit_to_time_budget,
+    )
+
+    base = search_sizing(64)
+    assert fit_to_time_budget(base, 22, None) == base  # no budget: unchanged
+    for n_tasks, budget in ((22, 240.0), (50, 600.0), (5, 30.0), (3, 3600.0)):
+        fitted = fit_to_time_budget(base, n_tasks, budget)
+        per_iter = fitted.num_trials_per_iter
+        assert 1 <= per_iter <= base.num_trials_per_iter
+        first_pass = n_tasks * (FIRST_PASS_SECONDS_PER_ROUND + per_iter * FIRST_PASS_SECONDS_PER_TRIAL)
+        # Fits in its share of the budget, unless it is already at one candidate a round ...
+        assert per_iter == 1 or first_pass <= FIRST_PASS_SHARE * budget
+        # ... and is the largest round that does (or the unshrunk one).
+        bigger = n_tasks * (FIRST_PASS_SECONDS_PER_ROUND + (per_iter + 1) * FIRST_PASS_SECONDS_PER_TRIAL)
+        assert per_iter == base.num_trials_per_iter or bigger > FIRST_PASS_SHARE * budget
+        assert (fitted.population_size, fitted.genetic_num_iters) == (base.population_size, base.genetic_num_iters)
+    assert fit_to_time_budget(base, 1000, 10.0).num_trials_per_iter == 1
+
+
 def test_tune_tasks_rejects_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="at least one task"):
         tune_tasks([], None, None, trials_per_task=4, work_dir=tmp_path)

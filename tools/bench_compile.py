@@ -3,6 +3,9 @@
 
     python tools/bench_compile.py [--models resnet18 bert_base] [--trials-per-task 8] [--repeats 20]
 
+Warm compile is measured twice: with the library cache (the library the cold compile built is
+loaded) and without it (code generated from the stored records, as after a teammate's tuning).
+
 Goals (issue 3): warm compile <= 1.2x untuned tvm.compile; compiled latency <= 1.0x PyTorch
 eager after tuning (needs far more trials than a quick run gives; the ratio is reported as is).
 """
@@ -38,23 +41,35 @@ def bench_model(name: str, trials: int, repeats: int, params: dict, rounds: int 
 
     zm = zoo.get(name, **params)
     with tempfile.TemporaryDirectory() as tmp:
-        db = str(Path(tmp) / "bench.db")
+        db, libs = str(Path(tmp) / "bench.db"), Path(tmp) / "libs"
         t0 = time.time()
         cold = tunecache.compile(zm.module, example_inputs=zm.example_inputs, store=db, trials_per_task=trials,
-                                 seed=0, progress=False)
+                                 seed=0, progress=False, library_cache=libs)
         cold_s = time.time() - t0
-        # Warm compile and untuned tvm.compile of the same model, alternated (order effects and
-        # machine noise hit both alike); medians.
-        warm_times, untuned_times = [], []
+        # Warm compiles (library cache on: loads the library the cold compile built; off: code
+        # generation from the stored records, e.g. records a teammate tuned) and an untuned
+        # tvm.compile of the same model, alternated (order effects and machine noise hit all
+        # alike); medians.
+        warm_times, codegen_times, untuned_times = [], [], []
         for _ in range(rounds):
             t0 = time.time()
-            warm = tunecache.compile(zm.module, example_inputs=zm.example_inputs, store=db, progress=False)
+            warm = tunecache.compile(zm.module, example_inputs=zm.example_inputs, store=db, progress=False,
+                                     library_cache=libs)
             warm_times.append(time.time() - t0)
+            t0 = time.time()
+            codegen = tunecache.compile(zm.module, example_inputs=zm.example_inputs, store=db, progress=False,
+                                        library_cache=False)
+            codegen_times.append(time.time() - t0)
             t0 = time.time()
             imported = frontend.import_model(zm.module, zm.example_inputs)
             ex = frontend.build(frontend.prepare_for_tuning(imported, None), None)
             untuned_times.append(time.time() - t0)
+        assert warm.report.build == "loaded from the library cache", warm.report.build
+        x = zm.example_inputs
+        import numpy as np
+        np.testing.assert_allclose(warm(*x).numpy(), codegen(*x).numpy(), rtol=1e-5, atol=1e-5)
     warm_s, untuned_s = statistics.median(warm_times), statistics.median(untuned_times)
+    codegen_s = statistics.median(codegen_times)
     vm = frontend.make_vm(ex)
     with torch.no_grad():
         eager = _median_time(lambda: zm.module(*zm.example_inputs), repeats)
@@ -65,10 +80,14 @@ def bench_model(name: str, trials: int, repeats: int, params: dict, rounds: int 
     return {
         "model": name, "params": params, "tasks": len(cold.report.tasks), "trials_per_task": trials,
         "cold": {"seconds": cold_s, "trials": cold.report.trials, "summary": cold.report.summary()},
-        "warm": {"seconds": warm_s, "trials": warm.report.trials, "summary": warm.report.summary()},
+        "warm": {"seconds": warm_s, "trials": warm.report.trials, "summary": warm.report.summary(),
+                 "build": warm.report.build},
+        "warm_codegen": {"seconds": codegen_s, "build": codegen.report.build},
         "untuned_tvm_compile_s": untuned_s,
-        "warm_compile_samples_s": warm_times, "untuned_compile_samples_s": untuned_times,
+        "warm_compile_samples_s": warm_times, "warm_codegen_samples_s": codegen_times,
+        "untuned_compile_samples_s": untuned_times,
         "warm_vs_untuned_compile": warm_s / untuned_s,
+        "warm_codegen_vs_untuned_compile": codegen_s / untuned_s,
         "latency_ms": {"tunecache": tuned * 1e3, "untuned_tvm": untuned * 1e3, "pytorch_eager": eager * 1e3},
         "latency_vs_pytorch": tuned / eager,
         "goals": {"warm_vs_untuned_compile<=1.2": warm_s / untuned_s <= 1.2, "latency_vs_pytorch<=1.0": tuned / eager <= 1.0},

@@ -52,7 +52,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tunecache.errors import ConfigError, TuningError
@@ -65,6 +65,7 @@ __all__ = [
     "SearchProgress",
     "SearchSizing",
     "TaskResult",
+    "fit_to_time_budget",
     "fixed_programs",
     "search_sizing",
     "tune_tasks",
@@ -161,6 +162,37 @@ def search_sizing(trials_per_task: int) -> SearchSizing:
     if trials_per_task <= 512:
         return SearchSizing(256, 32, 3, per_iter)
     return SearchSizing(512, 50, 4, per_iter)
+
+
+#: Rough cost of one measured trial and of one round's candidate generation on a small CPU
+#: (TVM_NOTES: 0.3-1.5 s a trial here), used only to fit a time budget's first pass.
+FIRST_PASS_SECONDS_PER_TRIAL = 0.5
+FIRST_PASS_SECONDS_PER_ROUND = 1.5
+#: Share of a time budget the first pass (one round of every task) may take.
+FIRST_PASS_SHARE = 0.5
+
+
+def fit_to_time_budget(sizing: SearchSizing, n_tasks: int, time_budget_s: float | None) -> SearchSizing:
+    """Shrink the round size so that one round of every task fits in part of a time budget.
+
+    Every task's first round comes before any second round (the scheduler picks fresh tasks
+    first), but a round of ``num_trials_per_iter`` candidates for each of many tasks can outlast
+    a short budget, and a task never measured falls back to TVM's default schedule (often 10-50x
+    slower). So the round size is cut until ``n_tasks`` rounds are estimated to take at most
+    :data:`FIRST_PASS_SHARE` of the budget (never below one candidate).
+
+    Examples
+    --------
+    >>> fit_to_time_budget(search_sizing(64), 22, 240.0).num_trials_per_iter
+    7
+    >>> fit_to_time_budget(search_sizing(64), 2, 240.0).num_trials_per_iter
+    32
+    """
+    if time_budget_s is None or n_tasks < 1:
+        return sizing
+    allowed = FIRST_PASS_SHARE * time_budget_s / n_tasks - FIRST_PASS_SECONDS_PER_ROUND
+    per_iter = max(1, min(sizing.num_trials_per_iter, int(allowed // FIRST_PASS_SECONDS_PER_TRIAL)))
+    return replace(sizing, num_trials_per_iter=per_iter)
 
 
 #: Why a task stopped (:attr:`TaskResult.stop_reason`).
@@ -872,7 +904,7 @@ def tune_tasks(
         reallocate = early_stopping is not None and scheduler == "tunecache"
         max_trials_per_task = n_global if reallocate else trials_per_task
     per_task_cap = min(max_trials_per_task, n_global)
-    sizing = search_sizing(trials_per_task)
+    sizing = fit_to_time_budget(search_sizing(trials_per_task), len(tasks), time_budget_s)
     deadline = None if time_budget_s is None else timeline.start + time_budget_s
 
     load_tvm(str(target.kind.name))
