@@ -304,32 +304,41 @@ def run_pair(name: str, budget: int, narrow_trials: int, repeats: int, seed: int
     return report
 
 
-def plot(reports: list[dict[str, Any]], path: str) -> None:
+def bar_pair(path: str | Path, labels: list[str], series: dict[str, tuple[list[float], list[float]]],
+             ylabels: tuple[str, str], title: str, goal: float | None = None) -> None:
+    """Two bar charts side by side: throughput vs full search (left) and search seconds (right, log)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    width = 0.8 / len(METHODS)
-    xs = range(len(reports))
-    for k, m in enumerate(METHODS):
-        thr = [r["methods"][m]["throughput_vs_full"] or 0 for r in reports]
-        sec = [r["methods"][m]["seconds"] for r in reports]
-        ax1.bar([x + k * width for x in xs], thr, width, label=m)
-        ax2.bar([x + k * width for x in xs], sec, width, label=m)
-    labels = [f"{r['beta']}\n-> {r['alpha']}" for r in reports]
+    width = 0.8 / len(series)
+    xs = range(len(labels))
+    for k, (name, (thr, sec)) in enumerate(series.items()):
+        ax1.bar([x + k * width for x in xs], thr, width, label=name)
+        ax2.bar([x + k * width for x in xs], sec, width, label=name)
     for ax in (ax1, ax2):
         ax.set_xticks([x + 0.4 - width / 2 for x in xs])
         ax.set_xticklabels(labels, fontsize=7)
     ax1.axhline(1.0, color="grey", lw=0.8)
-    ax1.set_ylabel("alpha throughput / full search (higher is better)")
-    ax2.set_ylabel("search seconds for alpha")
+    if goal is not None:
+        ax1.axhline(goal, color="red", lw=0.6, ls="--")
+    ax1.set_ylabel(ylabels[0])
+    ax2.set_ylabel(ylabels[1])
     ax2.set_yscale("log")
     ax1.legend(fontsize=7)
-    fig.suptitle(f"Reuse on this CPU (budget {reports[0]['budget']} trials)")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def plot(reports: list[dict[str, Any]], path: str) -> None:
+    series = {m: ([r["methods"][m]["throughput_vs_full"] or 0 for r in reports],
+                  [r["methods"][m]["seconds"] for r in reports]) for m in METHODS}
+    bar_pair(path, [f"{r['beta']}\n-> {r['alpha']}" for r in reports], series,
+             ("alpha throughput / full search (higher is better)", "search seconds for alpha"),
+             f"Reuse on this CPU (budget {reports[0]['budget']} trials)")
 
 
 def main(argv: list[str] | None = None) -> int:

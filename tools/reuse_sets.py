@@ -203,27 +203,10 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
 
 def plot_sets(reports: list[dict[str, Any]], path: str | Path) -> None:
     """Bar charts: throughput vs full search, and search seconds, per arm and operator set."""
-    import matplotlib
+    from bench_reuse import bar_pair
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    width = 0.8 / len(ARMS)
-    xs = range(len(reports))
-    for k, a in enumerate(ARMS):
-        ax1.bar([x + k * width for x in xs], [r["arms"][a]["throughput_vs_full"] or 0 for r in reports], width,
-                label=a)
-        ax2.bar([x + k * width for x in xs], [r["arms"][a]["search_seconds"] for r in reports], width, label=a)
-    for ax in (ax1, ax2):
-        ax.set_xticks([x + 0.4 - width / 2 for x in xs])
-        ax.set_xticklabels([f"{r['set']} ({len(r['tasks'])} tasks)" for r in reports])
-    ax1.axhline(1.0, color="grey", lw=0.8)
-    ax1.axhline(0.97, color="red", lw=0.6, ls="--")
-    ax1.set_ylabel("weighted throughput / full search")
-    ax2.set_ylabel("search seconds")
-    ax2.set_yscale("log")
-    ax1.legend(fontsize=7)
-    fig.suptitle(f"Operator sets on this CPU (full search: {reports[0]['budget']} trials per task)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    series = {a: ([r["arms"][a]["throughput_vs_full"] or 0 for r in reports],
+                  [r["arms"][a]["search_seconds"] for r in reports]) for a in ARMS}
+    bar_pair(path, [f"{r['set']} ({len(r['tasks'])} tasks)" for r in reports], series,
+             ("weighted throughput / full search", "search seconds"),
+             f"Operator sets on this CPU (full search: {reports[0]['budget']} trials per task)", goal=0.97)
