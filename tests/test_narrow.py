@@ -204,6 +204,43 @@ def test_replay_rescales_tiles_to_alpha(sources: list[Any], target: Any) -> None
     assert [math.prod(applied[i]) for i in (4, 6, 8)] == list(ALPHA)
 
 
+def test_replay_maps_block_names_between_differently_built_tasks(sources: list[Any], target: Any) -> None:
+    """Beta's blocks are ``C``; alpha (built like a Relax task) names the same block ``matmul_out``.
+
+    The sketch signature ignores names; without mapping them the replay fails (a TE-built bridge
+    operator and a Relax-built task: ``T_sub`` vs ``T_subtract``).
+    """
+    import numpy as np
+    from tvm import te
+
+    tvm = load_tvm("llvm")
+    m, n, k = ALPHA
+    a, b = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="matmul_out")
+    alpha = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    sch = replay_on(sources[0], alpha, target)
+    assert sch is not None
+    applied = _tile_decisions(decode_trace(sch.trace.as_json()))
+    assert [math.prod(applied[i]) for i in (4, 6, 8)] == list(ALPHA)
+    rt = tvm.tirx.build(sch.mod, target)
+    x, y = np.random.rand(m, k).astype("float32"), np.random.rand(k, n).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((m, n), "float32"))
+    rt["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y), out)
+    np.testing.assert_allclose(out.numpy(), x @ y, rtol=1e-4)
+
+
+def test_block_name_mapping_rules() -> None:
+    from tunecache.search.narrow import _map_blocks
+
+    assert _map_blocks(["C", "root"], ["C", "root"]) == {}
+    assert _map_blocks(["C", "root"], ["matmul", "root"]) == {"C": "matmul"}  # same count: by position
+    # alpha has one more (epilogue) block: missing names go to the alpha name they prefix
+    assert _map_blocks(["conv", "T_sub", "T_div", "root"], ["conv", "T_subtract", "T_divide", "compute", "root"]) == {
+        "T_sub": "T_subtract", "T_div": "T_divide"}
+    assert _map_blocks(["conv", "X", "root"], ["conv", "T_subtract", "compute", "root"]) is None
+
+
 # -- features and cost ------------------------------------------------------------------------
 
 

@@ -120,11 +120,12 @@ def resample_sketch(trace: Any, mod: Any, target: Any, n: int, seed: int) -> lis
     """``n`` postprocessed schedules of beta's best sketch with fresh random decisions."""
     from tvm.s_tir.schedule import Schedule, Trace
 
+    from tunecache.search.narrow import sketch_on
     from tunecache.store.records import decode_trace
 
-    insts, _ = decode_trace(trace)
-    cut = next((i for i, x in enumerate(insts) if x[0] == "EnterPostproc"), len(insts))
-    skeleton = [insts[:cut], []]
+    skeleton = sketch_on(trace, mod, target)
+    if skeleton is None:
+        return []
     posts = _postprocs(mod, target)
     out, seen, attempt = [], set(), 0
     while len(out) < n and attempt < 20 * n:

@@ -7,7 +7,10 @@ weights. Arms, each against its own fresh SQLite store:
 - ``full``: full search of every task (``search_misses(reuse=False)``, the ``tune="always"``
   path) with ``budget`` trials per task, then its bests re-measured;
 - ``plan``: tunecache's plan (``plan_and_execute``: reuse plan with bridges, full search of the
-  roots with the same per-task budget, narrowed search of the rest, escalation, re-measurement);
+  roots with the same per-task budget, narrowed search of the rest, escalation, re-measurement),
+  its full searches sharing one cost model pre-trained on the store (transfer learning);
+- ``plan_cold``: the same plan with a fresh cost model per full search (MetaSchedule's default),
+  in its own store: what transfer learning and the shared model buy;
 - ``top3`` / ``zero_trial`` / ``resample``: for each task the plan reused, start from the full
   search that the plan's reuse chain leads back to (a root or a bridge, already paid for) and
   apply its best 3 programs measured once each (Selective Tuning's TopK), its best program with no
@@ -26,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-ARMS = ("full", "plan", "top3", "zero_trial", "resample")
+ARMS = ("full", "plan", "plan_cold", "top3", "zero_trial", "resample")
 
 #: Operator set name -> (zoo model, its parameters, families kept). One BERT layer: the
 #: layers are identical, so their tasks are too (weights per layer).
@@ -111,6 +114,15 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
         f"{len(mp.plan.full_searches)} full searches ({len(mp.bridges)} bridges)")
     node_of = {pt.key: n for n, pt in mp.tasks.items()}
 
+    cold_store = open_store(f"sqlite:///{work}/{name}-plan-cold.sqlite")
+    t0 = time.perf_counter()
+    mp_cold, steps_cold = plan_and_execute(tasks, target, cold_store, hw, trials_per_task=budget,
+                                           reuse_trials=reuse_trials, bridges=bridges, seed=seed,
+                                           work_dir=f"{work}/{name}-plan-cold", transfer=False)
+    cold_wall = time.perf_counter() - t0
+    cold_node_of = {pt.key: n for n, pt in mp_cold.tasks.items()}
+    log(f"plan (cold cost models): {cold_wall:.0f}s, {sum(o.trials for o in steps_cold.values())} trials")
+
     # -- baselines from the full searches the plan paid for
     builder, runner = make_builder(), make_runner()
     base_seconds = {a: sum(steps[n].seconds for n in mp.plan.full_searches if n in steps)
@@ -123,11 +135,14 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
             node = node_of[t.key]
             step = steps[node]
             picks: dict[str, Any] = {"full": _best_schedule(full_store, hw, t.key, t.mod),
-                                     "plan": _best_schedule(plan_store, hw, t.key, t.mod)}
+                                     "plan": _best_schedule(plan_store, hw, t.key, t.mod),
+                                     "plan_cold": _best_schedule(cold_store, hw, t.key, t.mod)}
+            cold_step = steps_cold[cold_node_of[t.key]]
             row: dict[str, Any] = {
                 "name": t.name, "weight": t.weight, "plan_outcome": step.outcome, "escalated": step.escalated,
                 "plan_trials": step.trials, "plan_seconds": step.seconds, "full_trials": full[t.key].trials,
-                "full_seconds": full[t.key].seconds,
+                "full_seconds": full[t.key].seconds, "plan_cold_outcome": cold_step.outcome,
+                "plan_cold_trials": cold_step.trials, "plan_cold_seconds": cold_step.seconds,
             }
             root = _full_ancestor(mp, node)
             if root == node:
@@ -179,9 +194,9 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
 
     full_sum = weighted("full")
     seconds = {"full": sum(o.seconds for o in full.values()), "plan": sum(o.seconds for o in steps.values()),
-               **base_seconds}
+               "plan_cold": sum(o.seconds for o in steps_cold.values()), **base_seconds}
     trials = {"full": sum(o.trials for o in full.values()), "plan": sum(o.trials for o in steps.values()),
-              **base_trials}
+              "plan_cold": sum(o.trials for o in steps_cold.values()), **base_trials}
     arms = {}
     for a in ARMS:
         ws = weighted(a)
@@ -195,6 +210,7 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
         }
     arms["full"]["wall_seconds"] = full_wall
     arms["plan"]["wall_seconds"] = plan_wall
+    arms["plan_cold"]["wall_seconds"] = cold_wall
     report["arms"] = arms
     log("arms: " + ", ".join(f"{a}: {arms[a]['throughput_vs_full'] or 0:.3f}x thr, "
                              f"{arms[a]['speedup_vs_full'] or 0:.1f}x faster" for a in ARMS))

@@ -174,12 +174,14 @@ def search_full(
     deadline: float | None = None,
     progress: Callable[[Any], None] | None = None,
     note: str = "full search",
+    cost_model: Any = None,
 ) -> list[StepOutcome]:
     """Full search of ``specs`` in one task-scheduler run; one outcome per spec, in order.
 
     A spec's budget is ``full_trials`` less the records it already has (a resumed search).
     Claims and done marks are the caller's business. ``deadline`` is a ``time.time()`` after
-    which no new search round starts.
+    which no new search round starts. ``cost_model``: an XGBoost model to search with and keep
+    training (shared by every full search of a plan; default a fresh one).
     """
     from tunecache.search.full import FullSearchTask, tune_tasks
 
@@ -200,7 +202,7 @@ def search_full(
                                  trials_per_task=max(budgets[s.node] for s in todo),
                                  max_trials_global=sum(budgets[s.node] for s in todo),
                                  time_budget_s=_remaining(deadline), seed=seed, work_dir=str(Path(work_dir) / "full"),
-                                 progress=progress, builder=builder, runner=runner)
+                                 progress=progress, builder=builder, runner=runner, cost_model=cost_model)
         except RuntimeError as err:
             reraise_store_error(db, err)
             raise
@@ -228,6 +230,7 @@ def search_reuse(
     seed: int | None = None,
     deadline: float | None = None,
     progress: Callable[[Any], None] | None = None,
+    cost_model: Any = None,
 ) -> StepOutcome:
     """Narrowed search of ``spec`` from ``source``'s best stored programs.
 
@@ -241,7 +244,7 @@ def search_reuse(
     if not sources:
         (o,) = search_full([spec], target, store, hardware, full_trials=full_trials, builder=builder, runner=runner,
                            work_dir=work_dir, seed=seed, deadline=deadline, progress=progress,
-                           note="source has no valid program")
+                           note="source has no valid program", cost_model=cost_model)
         return o
     db = make_database(store, hardware, target, provenance=_prov(hardware, "reused", source.key, sources[0].uid),
                        names={spec.key.shash: spec.name})
@@ -260,7 +263,7 @@ def search_reuse(
         why = "no valid reused program" if not best else f"throughput {tput / src_tput:.2f}x its source's"
         # Seeded: the narrowed candidates are this workload's records already.
         (o,) = search_full([spec], target, store, hardware, full_trials=full_trials, builder=builder, runner=runner,
-                           work_dir=work_dir, seed=seed, deadline=deadline, progress=progress)
+                           work_dir=work_dir, seed=seed, deadline=deadline, progress=progress, cost_model=cost_model)
         return replace(o, trials=o.trials + res.trials, seconds=o.seconds + secs, escalated=True,
                        source=str(source.key), note=f"escalated to full search ({why})")
     return StepOutcome(spec.node, spec.name, spec.key, "reused", res.trials, secs, source=str(source.key),
@@ -362,6 +365,7 @@ def execute_plan(
     on_step: Callable[[StepOutcome], None] | None = None,
     work_dir: str | os.PathLike[str] | None = None,
     runner: Any = None,
+    transfer: bool = True,
 ) -> dict[str, StepOutcome]:
     """Run ``mp``'s steps in order; return an outcome per node (tasks and bridges).
 
@@ -389,6 +393,12 @@ def execute_plan(
         Called after every finished step (progress, resumability reporting).
     runner
         A MetaSchedule runner (e.g. an RPC runner); default the local one.
+    transfer
+        Every full search of the plan (roots, bridges, escalations) uses one XGBoost cost
+        model, pre-trained on the store's records of ``hardware``
+        (:func:`tunecache.search.transfer.pretrained_cost_model`) and trained further by each
+        search. ``False``: a fresh model per search (MetaSchedule's default), which predicts at
+        random until it has seen 100 measurements, i.e. for most of a small search.
 
     Notes
     -----
@@ -407,8 +417,13 @@ def execute_plan(
     wd = Path(tempfile.mkdtemp(prefix="tunecache-plan-")) if own_dir else Path(work_dir)  # type: ignore[arg-type]
     builder = make_builder()
     runner = runner or make_runner()
+    cost_model = None
+    if transfer and mp.plan.full_searches:
+        from tunecache.search.transfer import pretrained_cost_model
+
+        cost_model, _info = pretrained_cost_model(store, hardware, target)
     common = dict(full_trials=full_trials, builder=builder, runner=runner, work_dir=wd, seed=seed, deadline=deadline,
-                  progress=progress)
+                  progress=progress, cost_model=cost_model)
     out: dict[str, StepOutcome] = {}
 
     def finish(o: StepOutcome) -> None:

@@ -144,7 +144,7 @@ def search_misses(
 def plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardware: HardwareKey, *,
                      trials_per_task: int, reuse_trials: int, bridges: bool, escalate_below: float | None = None,
                      time_budget_s: float | None = None, seed: int | None = None, work_dir: Any = None,
-                     progress: Any = None) -> tuple[Any, dict[str, Any]]:
+                     progress: Any = None, transfer: bool = True) -> tuple[Any, dict[str, Any]]:
     """Plan reuse over ``tasks``, execute the plan, re-measure the bests; return the plan and its steps.
 
     Returns
@@ -153,6 +153,7 @@ def plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardw
         The :class:`~tunecache.reuse.planner.ModelPlan` and a
         :class:`~tunecache.search.execute.StepOutcome` per plan node (tasks and bridges).
         Benchmarks use the plan to trace each reused task back to the full search it came from.
+        ``transfer``: see :func:`~tunecache.search.execute.execute_plan`.
     """
     from tunecache.cli_plan import make_plan
     from tunecache.reuse.bridge import materialize_bridge
@@ -164,7 +165,8 @@ def plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardw
     mods.update({n: materialize_bridge(nest, nest.extents) for n, nest in mp.bridges.items()})
     steps = execute_plan(mp, mods, target, store, hardware, full_trials=trials_per_task, reuse_trials=reuse_trials,
                          escalate_below=DEFAULT_ESCALATE_BELOW if escalate_below is None else escalate_below,
-                         time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress)
+                         time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress,
+                         transfer=transfer)
     _remeasure_bests([(by_key[pt.key], steps[n]) for n, pt in mp.tasks.items() if n in steps], target, store, hardware)
     return mp, steps
 

@@ -54,6 +54,7 @@ __all__ = [
     "narrowed_search",
     "propose_neighbours",
     "replay_on",
+    "sketch_on",
     "tile_moves",
 ]
 
@@ -362,6 +363,42 @@ class _Skeleton:
         return [self.insts, [[i, decisions[i]] for i in sorted(decisions)]]
 
 
+_GET_BLOCK = ("GetSBlock", "GetBlock")
+
+
+def _block_order(insts: Sequence[Any]) -> list[str]:
+    """Distinct block names of a trace's ``GetSBlock`` instructions, in first-use order."""
+    out: list[str] = []
+    for kind, _inputs, attrs, _outputs in insts:
+        if kind in _GET_BLOCK and attrs and str(attrs[0]) not in out:
+            out.append(str(attrs[0]))
+    return out
+
+
+def _map_blocks(names: Sequence[str], order: Sequence[str]) -> dict[str, str] | None:
+    """Map beta's block names to alpha's: ``{}`` if alpha has them all, ``None`` if no mapping.
+
+    Same number of blocks: position by position (same sketch, same visiting order). Otherwise
+    (e.g. alpha has one more epilogue block that beta's trace never touched) each missing name
+    goes to the first unused alpha name it is a prefix of, or that is a prefix of it
+    (``T_sub`` -> ``T_subtract``).
+    """
+    missing = [n for n in names if n not in order]
+    if not missing:
+        return {}
+    if len(order) == len(names):
+        return {b: a for b, a in zip(names, order) if b != a}
+    free = [a for a in order if a not in names]
+    mapping = {}
+    for n in missing:
+        match = next((a for a in free if a.startswith(n) or n.startswith(a)), None)
+        if match is None:
+            return None
+        mapping[n] = match
+        free.remove(match)
+    return mapping
+
+
 def _key(digest: str, decisions: dict[int, Any]) -> str:
     return digest + json.dumps(sorted(decisions.items()))
 
@@ -399,6 +436,44 @@ class _Materializer:
         self.is_cuda = str(target.kind.name) == "cuda"
         self.failed_replay = 0
         self.failed_postproc = 0
+        self._alpha_blocks: list[list[str]] | None = None
+        self._renamed: dict[str, list[Any]] = {}
+
+    def alpha_block_orders(self) -> list[list[str]]:
+        """Block names of alpha in the order each of its design-space sketches first gets them."""
+        if self._alpha_blocks is None:
+            from tunecache.reuse.sketch import _design_space
+
+            try:
+                self._alpha_blocks = [_block_order(decode_trace(s.trace.as_json())[0])
+                                      for s in _design_space(self.mod, self.target)]
+            except Exception:  # noqa: BLE001 - no design space: names are used as they are
+                self._alpha_blocks = []
+        return self._alpha_blocks
+
+    def insts_for_alpha(self, skeleton: _Skeleton) -> list[Any]:
+        """``skeleton``'s instructions with its block names mapped to alpha's.
+
+        A TE-built task (e.g. a bridge operator) and a Relax-built one of the same computation
+        name their blocks differently (``T_sub`` / ``T_subtract``); the sketch signature ignores
+        names, the replay does not. With the same sketch, both traces get their blocks in the
+        same order, so the k-th block of beta's trace is the k-th of alpha's sketch.
+        """
+        cached = self._renamed.get(skeleton.digest)
+        if cached is not None:
+            return cached
+        insts = skeleton.insts
+        names = _block_order(insts)
+        for order in self.alpha_block_orders():
+            mapping = _map_blocks(names, order)
+            if mapping is None:
+                continue
+            if mapping:
+                insts = [[k, i, [mapping.get(a[0], a[0]), *a[1:]], o] if k in _GET_BLOCK and a else [k, i, a, o]
+                         for k, i, a, o in insts]
+            break
+        self._renamed[skeleton.digest] = insts
+        return insts
 
     def replay(self, skeleton: _Skeleton, decisions: dict[int, Any]) -> tuple[Any, dict[int, Any]] | None:
         """Replay without postprocessing; return ``(schedule, applied decisions)`` or ``None``."""
@@ -406,7 +481,8 @@ class _Materializer:
 
         try:
             sch = Schedule(self.mod, seed=self.seed)
-            Trace.apply_json_to_schedule(skeleton.trace_json(decisions), sch)
+            trace = [self.insts_for_alpha(skeleton), [[i, decisions[i]] for i in sorted(decisions)]]
+            Trace.apply_json_to_schedule(trace, sch)
             insts, applied = decode_trace(sch.trace.as_json())
         except Exception:  # noqa: BLE001 - a trace that does not fit alpha is data
             self.failed_replay += 1
@@ -516,6 +592,17 @@ def replay_on(trace: Any, mod: Any, target: Any, *, seed: int = 0) -> Any | None
         return None
     cand = _Materializer(mod, target, seed).materialize(skeleton, skeleton.decisions)
     return None if cand is None else cand.sch
+
+
+def sketch_on(trace: Any, mod: Any, target: Any) -> list[Any] | None:
+    """Return a source trace's sketch for ``mod``: instructions before postprocessing, block
+    names mapped to ``mod``'s, no decisions (replaying it samples fresh ones). ``None`` if the
+    trace does not decode."""
+    try:
+        skeleton = _Skeleton(0, _trace_of(trace))
+    except InvalidRecordError:
+        return None
+    return [_Materializer(_as_ir_module(mod), target, 0).insts_for_alpha(skeleton), []]
 
 
 def propose_neighbours(trace: Any, mod: Any, target: Any, phase: str, *, seed: int = 0) -> list[list[Any]]:
