@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="directory for bench_tune.json and bench_tune.png")
     args = p.parse_args(argv)
 
-    from tunecache import frontend, zoo
+    from tunecache import frontend
     from tunecache.search.measure import make_builder, make_runner
     from tunecache.search.remeasure import remeasure_best
     from tunecache.tvm_layer import load_tvm
@@ -228,17 +228,19 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out or tempfile.mkdtemp(prefix="bench_tune-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench_tune-work-"))
-    zm = zoo.get(args.model)
+    from tunecache.cli_compile import load_model_spec
+
+    model, example_inputs, model_name = load_model_spec(args.model)  # e.g. bert_base:num_layers=2
     tgt = resolve_target(None)
-    imported = frontend.import_model(zm.module, zm.example_inputs)
+    imported = frontend.import_model(model, example_inputs)
     mod = frontend.prepare_for_tuning(imported, tgt)
     tasks = frontend.extract_tasks(mod, tgt)
-    inputs = [x.numpy() for x in zm.example_inputs]
+    inputs = [x.numpy() for x in example_inputs]
 
     builder = make_builder(max_workers=2, artifact_dir=work / "artifacts")
     runner = make_runner()
     report: dict[str, Any] = {
-        "model": zm.name, "target": str(tgt), "tasks": len(tasks),
+        "model": model_name, "target": str(tgt), "tasks": len(tasks),
         "task_weights": sum(t.weight for t in tasks), "budget_s": args.budget_s,
         "trials_per_task": args.trials_per_task, "seed": args.seed, "modes": {},
     }  # fmt: skip
@@ -275,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.xgb_check:
         report["xgb_check"] = _xgb_check(tasks, tgt, args, work)
     (out_dir / "bench_tune.json").write_text(json.dumps(report, indent=1))
-    _plot(report["modes"], out_dir / "bench_tune.png", f"{zm.name}, {args.budget_s:.0f} s each")
+    _plot(report["modes"], out_dir / "bench_tune.png", f"{model_name}, {args.budget_s:.0f} s each")
     print(json.dumps(report, indent=1))
     print(f"[bench_tune] wrote {out_dir}/bench_tune.json and bench_tune.png", file=sys.stderr)
     return 0
