@@ -74,7 +74,9 @@ def test_killed_warm_resumes_without_tuning_anything_twice(tmp_path: Path) -> No
     from tunecache.tvm_layer.target import hardware_key
 
     hw = hardware_key(None)
-    not_done = {str(r.workload) for r in s.records() if not s.is_done(r.workload, hw)}
+    # Every workload with a valid program is done. One whose candidates all failed (a run timed
+    # out on a loaded machine) is rightly not: the next warm retries it.
+    not_done = {str(r.workload) for r in s.records(valid_only=True) if not s.is_done(r.workload, hw)}
     assert not not_done, (not_done, second.stdout[-3000:])
 
 
