@@ -38,6 +38,25 @@ def test_conv_pair_without_dominance_gets_a_checked_bridge(tvm, target) -> None:
     assert any(n["node"] == bridge and n["node_kind"] == "bridge" for n in js["nodes"])
 
 
+def test_a_full_search_weighs_what_reuses_it(tvm, target) -> None:
+    """A bridge has no calls of its own; its search is worth the calls of the tasks it serves."""
+    from tunecache.reuse.bridge import materialize_bridge
+    from tunecache.search.execute import node_specs
+
+    a = te_conv(tvm, (1, 16, 16, 16), 3, 16)
+    b = te_conv(tvm, (1, 16, 28, 28), 1, 16)
+    items = _items([("conv3x3", a), ("conv1x1", b)])
+    items = [(k, n, w, m) for (k, n, _w, m), w in zip(items, (3.0, 2.0))]
+    mp = plan_tasks(describe_tasks(items, target), cost_model=CostModel(full_trials=1000),
+                    bridge_check=bridge_checker(target))
+    (bridge,) = mp.bridges
+    mods = {t.node: m for t in mp.tasks.values() for k, _n, _w, m in items if k == t.key}
+    mods[bridge] = materialize_bridge(mp.bridges[bridge], mp.bridges[bridge].extents)
+    specs = node_specs(mp, mods)
+    assert specs[bridge].weight == 5.0  # 3 + 2: both tasks reuse it
+    assert sorted(specs[t.node].weight for t in mp.tasks.values()) == [2.0, 3.0]  # leaves: their own
+
+
 def test_a_bridge_whose_sketch_differs_is_dropped(tvm, target) -> None:
     a = te_conv(tvm, (1, 16, 16, 16), 3, 16)
     b = te_conv(tvm, (1, 16, 28, 28), 1, 16)

@@ -80,7 +80,7 @@ class NodeSpec:
         The node's TIR ``IRModule``; ``None`` for a source that is only read from the store
         (a stored workload).
     weight
-        Calls per model run (full search's scheduler weight).
+        Calls per model run, plus those of the tasks reused from it (full search's scheduler weight).
     work
         Floating-point work of one call (escalation compares throughput with its source's).
     """
@@ -333,14 +333,21 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
     """
     from tunecache.tvm_layer.convert import workload_of
 
+    def served(n: str) -> float:
+        """Weight of the tasks that reuse ``n``'s program, directly or down the chain."""
+        return sum(float(mp.tasks[c].weight if c in mp.tasks else 0.0) + served(c) for c in mp.plan.children(n))
+
     specs: dict[str, NodeSpec] = {}
     for n, m in mods.items():
+        # A full search's weight is what its result is worth: its own calls plus those of every
+        # task reused from it (a bridge has none of its own), so the task scheduler does not
+        # starve a bridge that half the model reuses.
         if n in mp.tasks:
             t = mp.tasks[n]
-            specs[n] = NodeSpec(n, t.name, workload_of(m)[0], m, float(t.weight), float(t.nest.work))
+            specs[n] = NodeSpec(n, t.name, workload_of(m)[0], m, float(t.weight) + served(n), float(t.nest.work))
         else:
             work = float(mp.bridges[n].work) if n in mp.bridges else 0.0
-            specs[n] = NodeSpec(n, n, workload_of(m)[0], m, 1.0, work)
+            specs[n] = NodeSpec(n, n, workload_of(m)[0], m, max(1.0, served(n)), work)
     for n, s in mp.stored.items():
         specs[n] = NodeSpec(n, s.name, s.key, None, 1.0, float(s.nest.work))
     return specs
