@@ -111,6 +111,37 @@ def test_never_with_an_empty_store_falls_back_and_runs(tmp_path, cnn) -> None:
     assert open_store(str(tmp_path / "empty.db")).count_records() == 0
 
 
+def test_a_task_whose_candidates_all_failed_is_not_searched_again(tmp_path) -> None:
+    """Every compile would otherwise spend a search on a task no candidate of which runs."""
+    from _models import relax_matmul_relu
+
+    from tunecache import frontend
+    from tunecache.store.records import Provenance, Record
+    from tunecache.tvm_layer.convert import workload_of
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    mod = relax_matmul_relu(16, 32, 24)
+    db = str(tmp_path / "failed.db")
+    tgt = resolve_target(None)
+    (task,) = frontend.extract_tasks(frontend.prepare_for_tuning(frontend.import_model(mod, None), tgt), tgt)
+    st = open_store(db)
+    st.commit_workload(task.key, task.desc, workload_of(task.mod)[1])
+    # What a search leaves when its only candidate failed to run: a record without latency.
+    st.commit_record(Record(task.key, hardware_key(tgt), [[], []], provenance=Provenance(kind="tuned", trials=1)))
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((16, 32)).astype("float32"), rng.standard_normal((32, 24)).astype("float32")
+
+    cm = tunecache.compile(mod, store=db, trials_per_task=TRIALS, seed=1, progress=False)
+    (t,) = cm.report.tasks
+    assert (t.outcome, t.trials) == ("fallback", 0)
+    assert "searched before" in t.note and "tune='always'" in t.note
+    np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+    again = tunecache.compile(mod, store=db, trials_per_task=TRIALS, seed=1, progress=False, tune="always")
+    (t,) = again.report.tasks
+    assert t.trials > 0 and t.outcome in ("tuned", "hit")
+
+
 def test_store_of_one_hardware_gives_no_hits_for_another(tuned, cnn) -> None:
     db, _cm = tuned
     other = {"kind": "llvm", "num-cores": 2, "mcpu": "skylake"}

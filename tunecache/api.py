@@ -164,7 +164,12 @@ def compile(  # noqa: A001 - the product's verb
 
     # 1. look up the store
     found = {t.key: st.best_k(t.key, hw, 1) for t in tasks}
-    misses = [t for t in tasks if tune == "always" or not found[t.key]]
+    # Searched before on this hardware with no candidate that built and ran (e.g. a gather whose
+    # random index inputs are out of bounds): searching again would fail the same way, every
+    # compile. It compiles with TVM's default schedule; tune="always" retries.
+    failed_before = {t.key for t in tasks if not found[t.key]
+                     and any(r.latency_s is None and not r.stale for r in st.records(hardware=hw, workload=t.key))}
+    misses = [t for t in tasks if tune == "always" or (not found[t.key] and t.key not in failed_before)]
 
     # 2-3. plan reuse -> narrowed search -> full search, for the misses
     searched: dict[Any, Any] = {}
@@ -178,7 +183,7 @@ def compile(  # noqa: A001 - the product's verb
     t_build = time.time()
     executable, library_path, build = _build(mod, tgt, st, hw, tasks, library_cache)
 
-    report = _report(tasks, found, searched, st, hw, tune)
+    report = _report(tasks, found, searched, st, hw, tune, failed_before)
     report = replace(
         report,
         target=str(tgt),
@@ -267,7 +272,8 @@ def _search(misses: list[Any], tgt: Any, st: Store, hw: Any, trials_per_task: in
     return out, time.time() - t1
 
 
-def _report(tasks: list[Any], found: dict[Any, Any], searched: dict[Any, Any], st: Store, hw: Any, tune: str) -> CompileReport:
+def _report(tasks: list[Any], found: dict[Any, Any], searched: dict[Any, Any], st: Store, hw: Any, tune: str,
+            failed_before: set[Any] = frozenset()) -> CompileReport:  # type: ignore[assignment]
     rows = []
     for t in tasks:
         best = st.best_k(t.key, hw, 1)
@@ -287,6 +293,9 @@ def _report(tasks: list[Any], found: dict[Any, Any], searched: dict[Any, Any], s
         else:
             if s is not None:
                 note = s.note
+            elif t.key in failed_before and tune != "never":
+                note = ("searched before on this hardware: no candidate built and ran; "
+                        "TVM's default schedule (tune='always' searches again)")
             elif tune == "never":
                 note = "not in store (tune='never'): " + st.explain_miss(t.key, hw).reason
             else:
