@@ -116,6 +116,18 @@ def test_cache_keeps_the_most_recent_entries(tmp_path) -> None:
     assert not list(tmp_path.glob(".*"))  # no temporary files left
 
 
+def test_a_library_that_loads_slower_than_it_builds_is_not_kept(tmp_path) -> None:
+    from tunecache.libcache import LOAD_BYTES_PER_S
+
+    cache = LibraryCache(tmp_path)
+    payload = b"w" * 1_000_000  # weights dominate: loading takes ~1e6 / LOAD_BYTES_PER_S s
+    load_s = len(payload) / LOAD_BYTES_PER_S
+    assert cache.save("big", _Exe(payload), build_s=load_s / 10) is None
+    assert cache.skipped("big") and cache.entries() == [] and cache.load("big") is None
+    assert cache.save("code", _Exe(payload), build_s=load_s * 10) is not None  # codegen dominates
+    assert not cache.skipped("code") and [p.stem for p in cache.entries()] == ["code"]
+
+
 def test_a_cache_that_cannot_be_written_does_not_fail_the_compile(tmp_path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -219,9 +219,17 @@ def _build(mod: Any, tgt: Any, st: Store, hw: Any, tasks: list[Any],
         lib = cache.load(key)
         if lib is not None:
             return lib, cache.path(key), "loaded from the library cache"
+    t0 = time.time()
     executable = frontend.build(mod, tgt, database=make_database(st, hw, tgt))
-    if cache is not None and key is not None and cache.save(key, executable) is not None:
+    build_s = time.time() - t0
+    if cache is None or key is None:
+        return executable, None, "built"
+    if cache.skipped(key):
+        return executable, None, "built (its library loads slower than it builds: not cached)"
+    if cache.save(key, executable, build_s) is not None:
         return executable, None, "built, cached"
+    if cache.skipped(key):
+        return executable, None, "built (its library loads slower than it builds: not cached)"
     return executable, None, "built"
 
 
