@@ -3,8 +3,9 @@
 Runs in one process, one after the other, with the same warm builder (2 worker processes) and
 runner, each into its own in-memory store:
 
-- **stock**: ``tune_tasks(scheduler="gradient", early_stopping=None, trivial_once=False)``:
-  MetaSchedule's ``GradientBased`` task scheduler as stock ``tune_relax`` runs it (with
+- **stock**: ``tune_tasks(scheduler="gradient", early_stopping=None, trivial_once=False,
+  max_trials_per_task=<global budget>)``: MetaSchedule's ``GradientBased`` task scheduler as
+  stock ``tune_relax`` runs it (with
   tunecache's builder, runner and search sizing, without which stock MetaSchedule measures
   nothing here);
 - **tunecache**: ``tune_tasks()`` defaults: trivial tasks once, tunecache's task picker, early
@@ -84,13 +85,15 @@ def _stats(xs: list[float]) -> dict[str, Any]:
 
 
 def _curve(events: list[Any], weights: dict[str, float]) -> list[tuple[float, float]]:
-    """(elapsed s, sum of weight x best in ms) once every task has a best."""
+    """(elapsed s, sum of weight x best in ms) once every task that is ever measured has a best
+    (a task no candidate of which runs, e.g. BERT's gather, never has one)."""
+    measurable = {e.task_name for e in events if e.best_latency_s is not None}
     best: dict[str, float] = {}
     out = []
     for e in events:
         if e.best_latency_s is not None:
             best[e.task_name] = e.best_latency_s
-        if len(best) == len(weights):
+        if measurable and len(best) == len(measurable):
             out.append((round(e.elapsed_s, 2), round(sum(weights[n] * best[n] for n in best) * 1e3, 4)))
     return out
 
@@ -124,7 +127,10 @@ def _tune(mode: str, tasks: list[Any], tgt: Any, args: argparse.Namespace, build
     events: list[Any] = []
     kw: dict[str, Any] = {}
     if mode == "stock":
-        kw = dict(scheduler="gradient", early_stopping=None, trivial_once=False)
+        # tune_relax's defaults: one task may take the whole global budget (max_trials_per_task
+        # defaults to max_trials_global), no early stopping, trivial tasks searched like others.
+        kw = dict(scheduler="gradient", early_stopping=None, trivial_once=False,
+                  max_trials_per_task=args.trials_per_task * len(tasks))
     t0 = time.perf_counter()
     results = tune_tasks(
         [FullSearchTask(t.name, t.mod, float(t.weight)) for t in tasks], tgt, db,
