@@ -14,7 +14,7 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from tunecache.errors import ConfigError
 from tunecache.report import CompileReport, TaskReport
@@ -224,11 +224,9 @@ def _build(mod: Any, tgt: Any, st: Store, hw: Any, tasks: list[Any],
     build_s = time.time() - t0
     if cache is None or key is None:
         return executable, None, "built"
-    if cache.skipped(key):
-        return executable, None, "built (its library loads slower than it builds: not cached)"
-    if cache.save(key, executable, build_s) is not None:
+    if not cache.skipped(key) and cache.save(key, executable, build_s) is not None:
         return executable, None, "built, cached"
-    if cache.skipped(key):
+    if cache.skipped(key):  # marked now or by an earlier compile
         return executable, None, "built (its library loads slower than it builds: not cached)"
     return executable, None, "built"
 
@@ -281,7 +279,7 @@ def _search(misses: list[Any], tgt: Any, st: Store, hw: Any, trials_per_task: in
 
 
 def _report(tasks: list[Any], found: dict[Any, Any], searched: dict[Any, Any], st: Store, hw: Any, tune: str,
-            failed_before: set[Any] = frozenset()) -> CompileReport:  # type: ignore[assignment]
+            failed_before: Collection[Any] = ()) -> CompileReport:
     rows = []
     for t in tasks:
         best = st.best_k(t.key, hw, 1)
