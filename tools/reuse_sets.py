@@ -98,9 +98,7 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
     t0 = time.perf_counter()
     full = search_misses(tasks, target, full_store, hw, trials_per_task=budget, reuse=False, seed=seed,
                          work_dir=f"{work}/{name}-full")
-    from tunecache.search.execute import StepOutcome
-    _remeasure_bests([(t, StepOutcome(t.name, t.name, t.key, full[t.key].outcome, full[t.key].trials))
-                      for t in tasks], target, full_store, hw)
+    _remeasure_bests([(t, full[t.key]) for t in tasks], target, full_store, hw)  # as the plan's bests are
     full_wall = time.perf_counter() - t0
     log(f"full search: {full_wall:.0f}s, {sum(o.trials for o in full.values())} trials")
 
