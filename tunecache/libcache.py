@@ -120,9 +120,12 @@ class LibraryCache:
             pass
         return lib
 
+    def _skip_path(self, key: str) -> Path:
+        return self.directory / f"{key}.skip"
+
     def skipped(self, key: str) -> bool:
         """Whether the library of ``key`` was found not worth keeping (see the module docstring)."""
-        return (self.directory / f"{key}.skip").is_file()
+        return self._skip_path(key).is_file()
 
     def save(self, key: str, executable: Any, build_s: float | None = None) -> Path | None:
         """Export ``executable`` as the library of ``key``; return its path, or ``None``.
@@ -140,7 +143,7 @@ class LibraryCache:
                 executable.export_library(tmp)
                 size = Path(tmp).stat().st_size
                 if build_s is not None and size / LOAD_BYTES_PER_S > KEEP_BELOW * build_s:
-                    (self.directory / f"{key}.skip").write_text(
+                    self._skip_path(key).write_text(
                         json.dumps({"bytes": size, "build_s": round(build_s, 3)}))
                     self._prune()
                     return None

@@ -424,13 +424,16 @@ def execute_plan(
     wd = Path(tempfile.mkdtemp(prefix="tunecache-plan-")) if own_dir else Path(work_dir)  # type: ignore[arg-type]
     builder = make_builder()
     runner = runner or make_runner()
-    cost_model = None
-    if transfer and mp.plan.full_searches:
-        from tunecache.search.transfer import pretrained_cost_model
-
-        cost_model, _info = pretrained_cost_model(store, hardware, target)
     common = dict(full_trials=full_trials, builder=builder, runner=runner, work_dir=wd, seed=seed, deadline=deadline,
-                  progress=progress, cost_model=cost_model)
+                  progress=progress, cost_model=None)
+
+    def share_model() -> None:
+        """Pre-train the shared cost model once, when the first search starts (a resumed plan
+        whose steps are all done in the store pays nothing)."""
+        if transfer and common["cost_model"] is None:
+            from tunecache.search.transfer import pretrained_cost_model
+
+            common["cost_model"], _info = pretrained_cost_model(store, hardware, target)
     out: dict[str, StepOutcome] = {}
 
     def finish(o: StepOutcome) -> None:
@@ -464,6 +467,7 @@ def execute_plan(
                 (ready_full if s.source == ROOT else ready_reuse).append(s)
             if ready_full:
                 with Lease(store, hardware, [specs[s.node].key for s in ready_full], holder, lease_s):
+                    share_model()
                     for o in search_full([specs[s.node] for s in ready_full], target, store, hardware,
                                          **common):  # type: ignore[arg-type]
                         finish(o)
@@ -472,6 +476,7 @@ def execute_plan(
                     store.release(specs[s.node].key, hardware, holder)
                     continue
                 with Lease(store, hardware, [specs[s.node].key], holder, lease_s):
+                    share_model()  # an escalation is a full search
                     finish(search_reuse(specs[s.node], specs[s.source], target, store, hardware,
                                         reuse_trials=reuse_trials, escalate_below=escalate_below,
                                         **common))  # type: ignore[arg-type]
