@@ -336,3 +336,47 @@ def test_time_budget_counts_before_every_round(
                          work_dir=tmp_path, builder=builder, runner=runner)  # fmt: skip
     assert [(r.trials, r.stop_reason) for r in results] == [(0, STOP_TIME), (0, STOP_TIME)]
     assert len(db.get_all_tuning_records()) == 0
+
+
+def _slow_join_runner_class() -> Any:
+    """A runner whose futures never report done before they are joined, and whose results take
+    ``delay`` seconds: every join after MetaSchedule's round robin happens where its scheduler
+    picks the task (the deterministic case of a slow real runner)."""
+    load_tvm()
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
+
+    @derived_object
+    class SlowJoinRunner(PyRunner):
+        def __init__(self, delay: float) -> None:
+            super().__init__()
+            self.delay = delay
+
+        def run(self, runner_inputs: Any) -> Any:
+            import time
+
+            def result() -> Any:
+                time.sleep(self.delay)
+                return RunnerResult([1e-3], None)
+
+            return [RunnerFuture(lambda: False, result) for _ in runner_inputs]
+
+    return SlowJoinRunner
+
+
+@pytest.mark.tvm
+def test_stock_scheduler_stops_cleanly_when_the_budget_runs_out_in_a_join(
+    target: Any, builder: Any, tmp_path: Path
+) -> None:
+    """MetaSchedule's GradientBased joins the task it picked and then asserts it is alive; the
+    time budget spent in that join must end the search, not raise."""
+    from tvm.s_tir import meta_schedule as ms
+
+    db = ms.database.MemoryDatabase()
+    tasks = [FullSearchTask("a", _matmul(16)), FullSearchTask("b", _matmul(32))]
+    results = tune_tasks(tasks, target, db, trials_per_task=512, time_budget_s=12.0, early_stopping=None,
+                         trivial_once=False, scheduler="gradient", seed=1, work_dir=tmp_path,
+                         builder=builder, runner=_slow_join_runner_class()(0.3))  # fmt: skip
+    assert all(r.stop_reason == STOP_TIME for r in results), [(r.trials, r.rounds, r.stop_reason) for r in results]
+    assert max(r.rounds for r in results) >= 2  # past the round robin: a join at a pick
+    assert sum(r.trials for r in results) == len(db.get_all_tuning_records()) > 0

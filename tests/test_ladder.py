@@ -53,3 +53,50 @@ def test_a_reused_program_far_below_its_source_escalates(tuned_source) -> None:
     (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
     assert t.outcome == "tuned" and "escalated" in t.note
     assert t.trials > 0
+
+
+def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, monkeypatch) -> None:
+    """Every task claimed in a pass keeps its claim, renewed, while the searches before it run:
+    they take longer than a lease, and an expired claim lets another warmer search it too."""
+    import functools
+    import time
+
+    from tunecache import frontend
+    from tunecache.search import execute, ladder
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    db, _first, _src = tuned_source
+    store = Store(db)
+    tgt = resolve_target(None)
+    hw = hardware_key(tgt)
+    misses = []
+    for m, n in ((128, 64), (64, 128)):  # each one step from the source: both reuse it at once
+        mod = frontend.prepare_for_tuning(relax_matmul_relu(m, 128, n), tgt)
+        misses += [ladder.MissTask(t.key, t.name, float(t.weight), t.mod)
+                   for t in frontend.extract_tasks(mod, tgt) if t.desc.family == "matmul"]
+    lease = 0.4
+    monkeypatch.setattr(execute, "execute_plan", functools.partial(execute.execute_plan, lease_s=lease))
+    real_reuse, real_full = execute.search_reuse, execute.search_full
+    intruder_got: list[bool] = []
+
+    def probe(own_keys) -> None:
+        ours = [m.key for m in misses if m.key not in own_keys and not store.is_done(m.key, hw)
+                and store.claim_holder(m.key, hw) is not None]  # claimed by this plan, waiting
+        time.sleep(3 * lease)  # longer than a lease: only renewal keeps those claims
+        intruder_got.extend(store.claim(k, hw, "intruder", 60.0) for k in ours)
+
+    def slow_reuse(spec, *a, **kw):
+        probe({spec.key})
+        return real_reuse(spec, *a, **kw)
+
+    def slow_full(specs, *a, **kw):
+        probe({s.key for s in specs})
+        return real_full(specs, *a, **kw)
+
+    monkeypatch.setattr(execute, "search_reuse", slow_reuse)
+    monkeypatch.setattr(execute, "search_full", slow_full)
+    mp, steps = ladder.plan_and_execute(misses, tgt, store, hw, trials_per_task=TRIALS, reuse_trials=4,
+                                         bridges=False, escalate_below=0.0, seed=1)
+    assert {o.key for o in steps.values()} == {m.key for m in misses}
+    assert all(o.outcome in ("reused", "tuned") for o in steps.values())
+    assert intruder_got and not any(intruder_got), [(st.node, st.source) for st in mp.plan.steps]  # the task waiting its turn was never taken

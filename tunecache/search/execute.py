@@ -9,6 +9,7 @@ mark is searched again with what is left of its budget.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -465,17 +466,18 @@ def execute_plan(
                     waiting.append(s)
                     continue
                 (ready_full if s.source == ROOT else ready_reuse).append(s)
-            if ready_full:
-                with Lease(store, hardware, [specs[s.node].key for s in ready_full], holder, lease_s):
+            # One lease renews every task claimed in this pass until the pass ends: the reuse
+            # children wait while the full searches run, longer than a lease.
+            claimed = [specs[s.node].key for s in ready_full + ready_reuse]
+            with Lease(store, hardware, claimed, holder, lease_s) if claimed else contextlib.nullcontext():
+                if ready_full:
                     share_model()
                     for o in search_full([specs[s.node] for s in ready_full], target, store, hardware,
                                          **common):  # type: ignore[arg-type]
                         finish(o)
-            for s in ready_reuse:
-                if over_budget():
-                    store.release(specs[s.node].key, hardware, holder)
-                    continue
-                with Lease(store, hardware, [specs[s.node].key], holder, lease_s):
+                for s in ready_reuse:
+                    if over_budget():
+                        continue  # released when the lease ends
                     share_model()  # an escalation is a full search
                     finish(search_reuse(specs[s.node], specs[s.source], target, store, hardware,
                                         reuse_trials=reuse_trials, escalate_below=escalate_below,
