@@ -223,6 +223,21 @@ def test_a_time_budget_shrinks_rounds_so_every_task_gets_a_first_round() -> None
     assert fit_to_time_budget(base, 1000, 10.0).num_trials_per_iter == 1
 
 
+def test_full_searches_of_a_plan_leave_time_for_its_reuse_children() -> None:
+    from tunecache.search.execute import REUSE_SECONDS_PER_SEARCH, REUSE_SECONDS_PER_TRIAL, full_search_deadline
+
+    assert full_search_deadline(None, 5, 8) is None
+    per_child = 8 * REUSE_SECONDS_PER_TRIAL + REUSE_SECONDS_PER_SEARCH
+    now, deadline = 1000.0, 1300.0
+    for children in (0, 1, 10, 60, 1000):
+        full = full_search_deadline(deadline, children, 8, now=now)
+        assert now < full <= deadline
+        reserved = deadline - full
+        # the children's estimated time is kept back, but never more than half of what is left
+        assert reserved == pytest.approx(min(children * per_child, 0.5 * (deadline - now)))
+    assert full_search_deadline(deadline, 3, 8, now=deadline + 5) == deadline + 5  # already late: no time
+
+
 def test_tune_tasks_rejects_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="at least one task"):
         tune_tasks([], None, None, trials_per_task=4, work_dir=tmp_path)

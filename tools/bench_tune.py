@@ -10,7 +10,12 @@ runner, each into its own in-memory store:
   nothing here);
 - **tunecache**: ``tune_tasks()`` defaults: trivial tasks once, tunecache's task picker, early
   stopping with reallocation, the budget checked before every round; then
-  ``remeasure_best(k=--remeasure-k)`` for every task (timed apart, outside the budget).
+  ``remeasure_best(k=--remeasure-k)`` for every task (timed apart, outside the budget);
+- **plan** (``--modes stock,tunecache,plan``): what ``tunecache.compile`` does with misses, all
+  inside the budget: a reuse plan over the model's own tasks (epilogue variants of one conv
+  share a sketch), full searches of the roots with this engine, narrowed searches for the rest
+  (a quarter of the per-task trials), escalation, and re-measuring the bests (its own builder,
+  started inside the budget).
 
 Reported per mode: wall seconds, trials, trials per minute, the share of wall time spent in
 scheduler rounds that measured nothing, the weighted latency sum(weight x best) over time
@@ -25,6 +30,7 @@ Usage::
 
     python tools/bench_tune.py --model resnet18 --budget-s 300 --out /tmp/bench_tune
     python tools/bench_tune.py --model small_cnn --budget-s 60            # quick
+    python tools/bench_tune.py --model resnet18 --budget-s 300 --modes stock,tunecache,plan
 """
 
 from __future__ import annotations
@@ -174,6 +180,54 @@ def _tune(mode: str, tasks: list[Any], tgt: Any, args: argparse.Namespace, build
     }
 
 
+def _plan(tasks: list[Any], tgt: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """``plan`` mode: what ``tunecache.compile`` runs on misses (reuse plan, narrowed searches,
+    full searches, escalation, re-measuring the bests), all inside the same time budget."""
+    from tunecache.reuse.graph import ROOT
+    from tunecache.search.ladder import MissTask, plan_and_execute
+    from tunecache.store import Store
+    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.target import hardware_key
+
+    store = Store("memory")
+    hw = hardware_key(tgt)
+    events: list[Any] = []
+    t0 = time.perf_counter()
+    mp, steps = plan_and_execute(
+        [MissTask(t.key, t.name, float(t.weight), t.mod) for t in tasks], tgt, store, hw,
+        trials_per_task=args.trials_per_task, reuse_trials=max(4, args.trials_per_task // 4), bridges=False,
+        time_budget_s=args.budget_s, seed=args.seed, work_dir=work / "plan", progress=events.append,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    weights = {t.name: float(t.weight) for t in tasks}
+    outcomes: dict[str, int] = {}
+    for o in steps.values():
+        kind = "escalated" if o.escalated else o.outcome
+        outcomes[kind] = outcomes.get(kind, 0) + 1
+    bests = {t.name: store.best_k(t.key, hw, 1) for t in tasks}
+    trials = sum(o.trials for o in steps.values())
+    return {
+        "store": store, "hw": hw, "db": make_database(store, hw, tgt),
+        "summary": {
+            "wall_s": round(wall, 1),
+            "trials": trials,
+            "trials_per_min": round(trials / wall * 60, 1),
+            "roots": sum(1 for s in mp.plan.steps if s.source == ROOT),
+            "outcomes": outcomes,
+            "tasks_unmeasured": [n for n, b in bests.items() if not b],
+            "weighted_latency_ms_remeasured": round(
+                sum(weights[n] * b[0].latency_s for n, b in bests.items() if b) * 1e3, 3),
+            "curve": [],  # progress events come from full searches only: no whole-model curve
+            "tasks": [
+                {"name": o.name, "outcome": o.outcome, "escalated": o.escalated, "trials": o.trials,
+                 "seconds": round(o.seconds, 1), "source": o.source, "note": o.note,
+                 "best_ms": None if not bests.get(o.name) else round(bests[o.name][0].latency_s * 1e3, 4)}
+                for o in steps.values()
+            ],  # fmt: skip
+        },
+    }
+
+
 def _xgb_check(tasks: list[Any], tgt: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """XGBoost update time with the build pool vs an in-process builder (same tasks, budget)."""
     from tunecache.search.measure import make_builder, make_runner
@@ -253,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     report["untuned_e2e_ms"] = round(_e2e_ms(frontend, mod, tgt, None, imported, inputs, 5), 3)
     for mode in args.modes.split(","):
         print(f"[bench_tune] {mode}: tuning {len(tasks)} tasks for {args.budget_s} s", file=sys.stderr)
-        run = _tune(mode, tasks, tgt, args, builder, runner, work)
+        run = _plan(tasks, tgt, args, work) if mode == "plan" else _tune(mode, tasks, tgt, args, builder, runner, work)
         summary = run["summary"]
         summary["e2e_ms"] = round(_e2e_ms(frontend, mod, tgt, run["db"], imported, inputs, args.e2e_runs), 3)
         if mode == "tunecache" and args.remeasure_k > 0:

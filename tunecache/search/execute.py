@@ -39,10 +39,41 @@ __all__ = [
     "node_specs",
     "default_holder",
     "holder_is_dead",
+    "full_search_deadline",
 ]
 
 #: Escalate a reused program whose throughput is below this fraction of its source's.
 DEFAULT_ESCALATE_BELOW = 0.7
+#: Rough cost of a narrowed search on a small CPU (operator sets: 12 trials in 3-5 s), used
+#: only to keep part of a time budget for the reuse children while full searches run.
+REUSE_SECONDS_PER_TRIAL = 0.4
+REUSE_SECONDS_PER_SEARCH = 1.0
+
+
+def full_search_deadline(deadline: float | None, reuse_left: int, reuse_trials: int,
+                         now: float | None = None) -> float | None:
+    """Return when the full searches of a plan pass must stop so the reuse children still fit.
+
+    Without it a time budget went to the roots' full searches, which use all the time they are
+    given, and every task reused from them fell back to TVM's default schedule. The reserve is
+    ``reuse_left`` narrowed searches at :data:`REUSE_SECONDS_PER_TRIAL` a trial plus
+    :data:`REUSE_SECONDS_PER_SEARCH`; the full searches always keep at least half of the time
+    left (their first pass measures every root once).
+
+    Examples
+    --------
+    >>> full_search_deadline(1000.0, 10, 8, now=700.0)
+    958.0
+    >>> full_search_deadline(1000.0, 100, 8, now=700.0)  # reserve larger than half
+    850.0
+    >>> full_search_deadline(None, 10, 8) is None
+    True
+    """
+    if deadline is None:
+        return None
+    now = time.time() if now is None else now
+    reserve = reuse_left * (reuse_trials * REUSE_SECONDS_PER_TRIAL + REUSE_SECONDS_PER_SEARCH)
+    return max(deadline - reserve, now + 0.5 * max(0.0, deadline - now))
 
 
 @dataclass(frozen=True)
@@ -374,6 +405,7 @@ def execute_plan(
     work_dir: str | os.PathLike[str] | None = None,
     runner: Any = None,
     transfer: bool = True,
+    builder: Any = None,
 ) -> dict[str, StepOutcome]:
     """Run ``mp``'s steps in order; return an outcome per node (tasks and bridges).
 
@@ -401,6 +433,9 @@ def execute_plan(
         Called after every finished step (progress, resumability reporting).
     runner
         A MetaSchedule runner (e.g. an RPC runner); default the local one.
+    builder
+        A builder to use and leave open (its worker processes take seconds to start); default
+        a new one (:func:`tunecache.search.measure.make_builder`), closed at the end.
     transfer
         Every full search of the plan (roots, bridges, escalations) uses one XGBoost cost
         model, pre-trained on the store's records of ``hardware``
@@ -423,7 +458,8 @@ def execute_plan(
     specs = node_specs(mp, mods)
     own_dir = work_dir is None
     wd = Path(tempfile.mkdtemp(prefix="tunecache-plan-")) if own_dir else Path(work_dir)  # type: ignore[arg-type]
-    builder = make_builder()
+    own_builder = builder is None
+    builder = builder or make_builder()
     runner = runner or make_runner()
     common = dict(full_trials=full_trials, builder=builder, runner=runner, work_dir=wd, seed=seed, deadline=deadline,
                   progress=progress, cost_model=None)
@@ -472,8 +508,10 @@ def execute_plan(
             with Lease(store, hardware, claimed, holder, lease_s) if claimed else contextlib.nullcontext():
                 if ready_full:
                     share_model()
+                    reuse_left = sum(1 for s in mp.plan.steps if s.source != ROOT and s.node not in out)
+                    full_common = {**common, "deadline": full_search_deadline(deadline, reuse_left, reuse_trials)}
                     for o in search_full([specs[s.node] for s in ready_full], target, store, hardware,
-                                         **common):  # type: ignore[arg-type]
+                                         **full_common):  # type: ignore[arg-type]
                         finish(o)
                 for s in ready_reuse:
                     if over_budget():
@@ -488,7 +526,8 @@ def execute_plan(
                     break
                 time.sleep(1.0)  # another warmer holds these: wait for its done mark or lease expiry
     finally:
-        builder.close()
+        if own_builder:
+            builder.close()
         if own_dir:
             shutil.rmtree(wd, ignore_errors=True)
     for s in mp.plan.steps:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -17,7 +18,10 @@ from tunecache.store.adapter import make_database, reraise_store_error
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.store import Store
 
-__all__ = ["MissTask", "MissOutcome", "search_misses", "plan_and_execute"]
+__all__ = ["MissTask", "MissOutcome", "search_misses", "plan_and_execute", "REMEASURE_SHARE"]
+
+#: Share of a time budget kept for re-measuring the bests of the searched tasks.
+REMEASURE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -158,16 +162,23 @@ def plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardw
     from tunecache.cli_plan import make_plan
     from tunecache.reuse.bridge import materialize_bridge
     from tunecache.search.execute import DEFAULT_ESCALATE_BELOW, execute_plan
+    from tunecache.search.measure import make_builder
 
+    start = time.time()
     mp = make_plan(list(tasks), target, hardware, store, bridges=bridges, full_trials=float(trials_per_task))
     by_key = {t.key: t for t in tasks}
     mods = {node: by_key[pt.key].mod for node, pt in mp.tasks.items()}
     mods.update({n: materialize_bridge(nest, nest.extents) for n, nest in mp.bridges.items()})
-    steps = execute_plan(mp, mods, target, store, hardware, full_trials=trials_per_task, reuse_trials=reuse_trials,
-                         escalate_below=DEFAULT_ESCALATE_BELOW if escalate_below is None else escalate_below,
-                         time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress,
-                         transfer=transfer)
-    _remeasure_bests([(by_key[pt.key], steps[n]) for n, pt in mp.tasks.items() if n in steps], target, store, hardware)
+    builder = make_builder()  # one pool of build workers for the plan and the re-measuring
+    try:
+        steps = execute_plan(mp, mods, target, store, hardware, full_trials=trials_per_task, reuse_trials=reuse_trials,
+                             escalate_below=DEFAULT_ESCALATE_BELOW if escalate_below is None else escalate_below,
+                             time_budget_s=None if time_budget_s is None else (1 - REMEASURE_SHARE) * time_budget_s,
+                             seed=seed, work_dir=work_dir, progress=progress, transfer=transfer, builder=builder)
+        _remeasure_bests([(by_key[pt.key], steps[n]) for n, pt in mp.tasks.items() if n in steps], target, store,
+                         hardware, deadline=None if time_budget_s is None else start + time_budget_s, builder=builder)
+    finally:
+        builder.close()
     return mp, steps
 
 
@@ -188,22 +199,28 @@ def _plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hard
 
 
 def _remeasure_bests(done: Sequence[tuple[MissTask, Any]], target: Any, store: Store, hardware: HardwareKey,
-                     k: int = 2) -> None:
+                     k: int = 2, deadline: float | None = None, builder: Any = None) -> None:
     """Re-measure the best records of every searched task before they serve as its stored best.
 
     A single tuning measurement is sometimes a lucky one (../shared/TVM_NOTES.md): the store's
     ranking latency becomes the median of a fresh, repeated measurement (raw run times stay in
-    the record for the cost model).
+    the record for the cost model). Tasks go heaviest first (weight x latency); none starts
+    after ``deadline`` (a ``time.time()``), so a time budget covers re-measuring too.
     """
     from tunecache.search.measure import make_builder, make_runner
     from tunecache.search.remeasure import remeasure_best
 
     todo = [(t, o) for t, o in done if o.outcome in ("tuned", "reused") and o.trials > 0]
-    if not todo:
+    todo.sort(key=lambda to: -to[0].weight * (to[1].latency_s or 0.0))
+    if not todo or (deadline is not None and time.time() >= deadline):
         return
-    builder, runner = make_builder(), make_runner(repeat=10)
+    own_builder = builder is None
+    builder, runner = builder or make_builder(), make_runner(repeat=10)
     try:
         for t, _o in todo:
+            if deadline is not None and time.time() >= deadline:
+                break
             remeasure_best(store, hardware, t.key, t.mod, target, k, runner=runner, builder=builder)
     finally:
-        builder.close()
+        if own_builder:
+            builder.close()
