@@ -206,6 +206,13 @@ STOP_TIME = "time budget"  # time_budget_s spent
 STOP_ENDED = "search ended"  # MetaSchedule ended the task itself (or the loop ended)
 
 
+#: Shortest default early-stopping window. Two rounds of a time-fitted search can be 20
+#: trials, and a resnet18 conv whose best had not moved for 20 trials was stopped at 5.0 ms
+#: where stock MetaSchedule reached 3.8 ms (bench_tune, 300 s): 3x3 convs still improve at 256
+#: trials here, small tasks settle by about 32 (../shared/TVM_NOTES.md).
+MIN_WINDOW_TRIALS = 48
+
+
 @dataclass(frozen=True)
 class EarlyStopping:
     """When a task counts as converged and stops (its unused trials go to other tasks).
@@ -216,9 +223,10 @@ class EarlyStopping:
         Relative improvement of the task's best latency that counts as progress (0.02: 2%).
     window_trials
         Trials over which the improvement is measured; ``None``: two rounds
-        (``2 * num_trials_per_iter`` of :func:`search_sizing`). A task is converged once it has
-        at least this many trials after some earlier round and its best latency is no more than
-        ``min_improvement`` better than the best at that round.
+        (``2 * num_trials_per_iter`` of :func:`search_sizing`), and never fewer than
+        :data:`MIN_WINDOW_TRIALS`. A task is converged once it has at least this many trials
+        after some earlier round and its best latency is no more than ``min_improvement``
+        better than the best at that round.
     """
 
     min_improvement: float = 0.02
@@ -1016,7 +1024,7 @@ def tune_tasks(
                 scheduler_seed = -1 if seed is None else int(seed) % (2**31 - 1) + 1
                 task_scheduler = ms.task_scheduler.GradientBased(seed=scheduler_seed)
             else:
-                window = 2 * sizing.num_trials_per_iter
+                window = max(2 * sizing.num_trials_per_iter, MIN_WINDOW_TRIALS)
                 if early_stopping is not None and early_stopping.window_trials is not None:
                     window = early_stopping.window_trials
                 task_scheduler = engine_scheduler_cls(
