@@ -255,11 +255,12 @@ def test_small_cnn_tasks(cnn_tasks):
     families = collections.Counter(t.desc.family for t in cnn_tasks)
     assert families["conv2d"] == 3
     assert families["matmul"] == 1
-    # Weights bound first: the fc weight transpose and bias reshapes are folded, not tasks.
-    assert not any("transpose" in t.name for t in cnn_tasks)
+    # Weights bound first: weight transposes (fc, NHWC convs) and bias reshapes are folded, not
+    # tasks; the transposes left are the input's (to NHWC) and the one before the flatten.
+    assert sorted(t.name for t in cnn_tasks if "transpose" in t.name) == ["fused_transpose6_reshape2", "transpose"]
     assert all(t.weight >= 1 for t in cnn_tasks)
     conv = next(t for t in cnn_tasks if t.name == "fused_conv2d_add_relu")
-    assert conv.desc.shapes[:2] == ((1, 3, 16, 16), (16, 3, 3, 3))
+    assert conv.desc.shapes[:2] == ((1, 16, 16, 3), (3, 3, 3, 16))  # NHWC data, HWIO weights
     assert set(conv.desc.dtypes) == {"float32"}
     assert len({t.key for t in cnn_tasks}) == len(cnn_tasks)
 
@@ -352,7 +353,11 @@ def test_cuda_target_without_a_gpu_prepares_extracts_and_builds(fe, cnn_imported
     # No GPU is needed to compile for one; DLight schedules the kernels no record covers.
     prepared = fe.prepare_for_tuning(cnn_imported, "nvidia/nvidia-a100")
     tasks = fe.extract_tasks(prepared, "nvidia/nvidia-a100")
-    assert {t.key for t in tasks} == {t.key for t in cnn_tasks}  # same TIR; targets differ
+    # The same kernels, but convolutions stay NCHW on CUDA (frontend.CONV_LAYOUTS is per target
+    # kind): same task names bar the CPU's layout transposes, different conv workloads.
+    assert {t.name for t in tasks} == {t.name for t in cnn_tasks if "transpose" not in t.name} | {"reshape2"}
+    conv = next(t for t in tasks if t.name == "fused_conv2d_add_relu")
+    assert conv.desc.shapes[:2] == ((1, 3, 16, 16), (16, 3, 3, 3))
     ex = fe.build(prepared, "nvidia/nvidia-a100")
     assert ex is not None
 
@@ -441,11 +446,36 @@ def test_bert_layer_tasks(fe, target):
 def test_resnet18_tasks(fe, target):
     tasks = _zoo_tasks(fe, target, "resnet18")
     families = collections.Counter(t.desc.family for t in tasks)
-    # Batch norm is decomposed and fused into its convolution: 22 tasks, 18 of them conv2d
-    # (11 conv shapes, some with several epilogues); 28 without DecomposeOpsForInference.
-    assert len(tasks) == 22
-    assert families == {"conv2d": 18, "matmul": 1, "other": 3}
-    assert len({t.desc.shapes[:2] for t in tasks if t.desc.family == "conv2d"}) == 11
+    # Batch norm is decomposed and fused into its convolution: 18 conv2d tasks (11 conv shapes,
+    # some with several epilogues); 28 tasks without DecomposeOpsForInference. Convolutions run
+    # in NHWC on CPU: the input's transpose is a task, the one before the classifier is fused
+    # with the flatten.
+    assert len(tasks) == 23
+    assert families == {"conv2d": 18, "matmul": 1, "other": 4}
+    convs = [t for t in tasks if t.desc.family == "conv2d"]
+    assert len({t.desc.shapes[:2] for t in convs}) == 11
+    assert [t.desc.shapes[:2] for t in convs if t.desc.shapes[0][-1] == 3] == [((1, 224, 224, 3), (7, 7, 3, 64))]
+
+
+@pytest.mark.tvm
+def test_conv_layout_is_kept_where_converting_would_transpose_every_layer(fe, target):
+    """An operator the layout conversion does not know (``clip``: ReLU6) would get a transpose on
+    each side at every layer; such a model keeps NCHW. Both compute what PyTorch computes."""
+    torch.manual_seed(0)
+    relu6 = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU6(),
+                                *[m for _ in range(3) for m in (torch.nn.Conv2d(8, 8, 3, padding=1),
+                                                                torch.nn.ReLU6())]).eval()
+    relu = torch.nn.Sequential(*[m if not isinstance(m, torch.nn.ReLU6) else torch.nn.ReLU() for m in relu6]).eval()
+    x = torch.randn(1, 3, 12, 12)
+    layouts = {}
+    for name, model in (("relu6", relu6), ("relu", relu)):
+        imported = fe.import_model(model, (x,))
+        prepared = fe.prepare_for_tuning(imported, target)
+        convs = [t for t in fe.extract_tasks(prepared, target) if t.desc.family == "conv2d"]
+        layouts[name] = {"NHWC" if t.desc.shapes[0][1] == 12 else "NCHW" for t in convs}  # H second: NHWC
+        got = fe.run(fe.build(prepared, target), imported, x)
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
+    assert layouts == {"relu6": {"NCHW"}, "relu": {"NHWC"}}
 
 
 @pytest.mark.tvm
