@@ -535,26 +535,20 @@ def prepare_for_tuning(
 def _count_permutes(mod: "tvm.IRModule") -> int:
     """Count the transposes in ``mod``'s ``main`` of data that depends on the model's inputs
     (a transposed weight or bias is folded once, not run)."""
+    tvm = load_tvm()
     from tvm import relax
 
-    permute = tvm_op("relax.permute_dims")
+    permute = tvm.ir.Op.get("relax.permute_dims")
     main = mod["main"]
-    live = list(main.params)  # variables computed from the inputs
+    live = {v.__chandle__() for v in main.params}  # variables computed from the inputs
     n = 0
     for block in main.body.blocks:
         for binding in block.bindings:
-            used = relax.analysis.free_vars(binding.value)
-            if any(u.same_as(x) for u in used for x in live):
-                live.append(binding.var)
+            if any(u.__chandle__() in live for u in relax.analysis.free_vars(binding.value)):
+                live.add(binding.var.__chandle__())
                 v = binding.value
                 n += isinstance(v, relax.Call) and v.op.same_as(permute)
     return n
-
-
-def tvm_op(name: str) -> Any:
-    """Return the registered TVM operator ``name``."""
-    tvm = load_tvm()
-    return tvm.ir.Op.get(name)
 
 
 def _convert_conv_layout(mod: "tvm.IRModule", layouts: Mapping[str, list[str]] | None) -> "tvm.IRModule":
