@@ -97,7 +97,8 @@ def search_misses(
         Let the plan tune bridge operators (off for compile: a bridge is extra work a single
         model rarely repays; ``tunecache warm`` turns it on).
     time_budget_s
-        Wall-clock budget for all tasks together.
+        Wall-clock budget for all tasks together, re-measuring the bests included
+        (:data:`REMEASURE_SHARE` of it is kept for that when reuse is planned).
     seed
         Search seed (``None``: random).
     work_dir
@@ -157,7 +158,9 @@ def plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardw
         The :class:`~tunecache.reuse.planner.ModelPlan` and a
         :class:`~tunecache.search.execute.StepOutcome` per plan node (tasks and bridges).
         Benchmarks use the plan to trace each reused task back to the full search it came from.
-        ``transfer``: see :func:`~tunecache.search.execute.execute_plan`.
+        ``transfer``: see :func:`~tunecache.search.execute.execute_plan`. ``time_budget_s``
+        covers planning, the searches and re-measuring the bests (the last
+        :data:`REMEASURE_SHARE` of it).
     """
     from tunecache.cli_plan import make_plan
     from tunecache.reuse.bridge import materialize_bridge
