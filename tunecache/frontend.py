@@ -519,16 +519,14 @@ def prepare_for_tuning(
             *dispatch, relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
         ])(_bind(mod, params))  # fmt: skip
         mod = _convert_conv_layout(mod, CONV_LAYOUTS.get(str(t.kind.name)))
-    passes = [
-        relax.transform.LegalizeOps(),
-        relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-        relax.transform.DeadCodeElimination(),
-    ]
-    with t, tvm.transform.PassContext(opt_level=3):
-        mod = tvm.transform.Sequential(passes)(mod)
+        mod = tvm.transform.Sequential([
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+            relax.transform.DeadCodeElimination(),
+        ])(mod)  # fmt: skip
     return mod.with_attr(PREPARED_ATTR, str(t.kind.name))
 
 
