@@ -349,6 +349,39 @@ def test_database_record_is_applied(fe, tvm, cnn, cnn_imported, cnn_prepared, cn
 
 
 @pytest.mark.tvm
+def test_cpu_kernels_may_re_lay_out_weights_and_the_build_folds_it(fe, tvm, cnn, cnn_imported, cnn_prepared,
+                                                                    cnn_tasks, target):
+    from tvm.s_tir import Schedule
+    from tvm.s_tir import meta_schedule as ms
+
+    # Constant arguments (weights, folded batch-norm terms) are marked; the input is not; task
+    # names are the fused kernels' own (TVM's AttachAttrLayoutFreeBuffers would rename them).
+    free = {t.name: list((t.mod["main"].attrs or {}).get("layout_free_buffers", [])) for t in cnn_tasks}
+    assert free["fused_conv2d_add_relu"] == [1, 2] and free["transpose"] == []
+    task = next(t for t in cnn_tasks if t.desc.family == "matmul")
+    assert free[task.name] and 0 not in free[task.name]
+    # A record whose program reads the weight in another layout (MetaSchedule's RewriteLayout
+    # postprocessor, as tuning applies it): the build splits the re-layout off and folds it
+    # into the constant weight, and the model still computes the same.
+    sch = Schedule(task.mod)
+    loops = sch.get_loops(sch.get_sblock("matmul"))
+    sch.split(loops[-1], [None, 16])
+    sch.enter_postproc()
+    rewrite = ms.postproc.RewriteLayout()
+    rewrite._initialize_with_tune_context(ms.TuneContext(mod=task.mod, target=target))
+    assert rewrite.apply(sch)
+    assert any(inst.kind.name == "TransformLayout" for inst in sch.trace.insts)
+    db = ms.database.MemoryDatabase()
+    args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+    db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(task.mod), [1e-4], target, args))
+    ex = fe.build(cnn_prepared, target, database=db)
+    calls = [line.split()[1] for line in ex.as_text().splitlines() if line.strip().startswith("call ")]
+    assert f"{task.name}_prepacked" in calls and task.name not in calls  # no per-call re-layout
+    (x,) = cnn.example_inputs
+    torch.testing.assert_close(fe.run(ex, cnn_imported, x), cnn.module(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.tvm
 def test_cuda_target_without_a_gpu_prepares_extracts_and_builds(fe, cnn_imported, cnn_tasks):
     # No GPU is needed to compile for one; DLight schedules the kernels no record covers.
     prepared = fe.prepare_for_tuning(cnn_imported, "nvidia/nvidia-a100")
@@ -358,6 +391,7 @@ def test_cuda_target_without_a_gpu_prepares_extracts_and_builds(fe, cnn_imported
     assert {t.name for t in tasks} == {t.name for t in cnn_tasks if "transpose" not in t.name} | {"reshape2"}
     conv = next(t for t in tasks if t.name == "fused_conv2d_add_relu")
     assert conv.desc.shapes[:2] == ((1, 3, 16, 16), (16, 3, 3, 3))
+    assert "layout_free_buffers" not in (conv.mod["main"].attrs or {})  # weight prepacking is CPU-only
     ex = fe.build(prepared, "nvidia/nvidia-a100")
     assert ex is not None
 

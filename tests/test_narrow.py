@@ -300,3 +300,35 @@ def test_cuda_features_without_a_gpu() -> None:
     assert f.kernels == 1
     assert f.thread_blocks > 0 and 0 < f.threads_per_block <= 1024
     assert 0 < f.shared_bytes_per_block <= 48 * 1024 * 4
+
+
+# -- weight prepacking (MetaSchedule's RewriteLayout on layout-free buffers) ---------------------
+
+
+def test_sources_that_re_lay_out_weights_are_stored_and_reused(target: Any, builder: Any, runner: Any,
+                                                               tmp_path: Any) -> None:
+    """A matmul whose B is a weight (``layout_free_buffers``, as `frontend.prepare_for_tuning`
+    marks them on CPU): its programs re-lay B out (a ``TransformLayout`` in the trace). They
+    must survive the store's JSON (TVM 0.27's ``TuningRecord.as_json`` raises on the index
+    map) and a narrowed search must measure them with B in its new layout."""
+    from tunecache.store import Store
+    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.target import hardware_key
+
+    def weighted(m: int, n: int, k: int) -> Any:
+        mod = _matmul(m, n, k)
+        return load_tvm().IRModule({"main": mod["main"].with_attr("layout_free_buffers", [1])})
+
+    store, hw = Store("memory"), hardware_key(target)
+    db = make_database(store, hw, target)
+    beta = weighted(*BETA)
+    tune_tasks([FullSearchTask("beta", beta)], target, db, trials_per_task=8, seed=3,
+               work_dir=tmp_path / "beta", builder=builder, runner=runner)
+    recs = [r for r in store.records() if r.latency_s is not None]
+    assert recs, "the source search stored no valid program"
+    relaid = [r for r in recs if any(inst[0] == "TransformLayout" for inst in r.trace[0])]
+    assert relaid, "no stored program re-lays the weight out: the test would prove nothing"
+    res = narrowed_search([r.trace for r in relaid[:3]], weighted(*ALPHA), target, builder=builder,
+                          runner=runner, max_trials=4, round_size=4, seed=1)
+    assert res.valid_trials == res.trials > 0
+    assert res.failed_run == 0 and res.failed_build == 0

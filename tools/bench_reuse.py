@@ -150,12 +150,14 @@ def measure_once(schs: list[Any], mod: Any, target: Any, builder: Any, runner: A
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    func = next(f for _, f in mod.functions.items())
-    args_info = ms.arg_info.ArgInfo.from_prim_func(func)
     built = builder.build([BuilderInput(s.mod, target) for s in schs])
     out: list[float | None] = [None] * len(schs)
     idx = [i for i, b in enumerate(built) if b.error_msg is None]
-    futs = runner.run([RunnerInput(str(built[i].artifact_path), "cpu", args_info) for i in idx])
+    futs = runner.run([
+        RunnerInput(str(built[i].artifact_path), "cpu",
+                    ms.arg_info.ArgInfo.from_entry_func(schs[i].mod, remove_preproc=True))
+        for i in idx
+    ])  # fmt: skip
     for i, fut in zip(idx, futs):
         res = fut.result()
         if res.error_msg is None:

@@ -31,6 +31,12 @@ Usage::
     python tools/bench_tune.py --model resnet18 --budget-s 300 --out /tmp/bench_tune
     python tools/bench_tune.py --model small_cnn --budget-s 60            # quick
     python tools/bench_tune.py --model resnet18 --budget-s 300 --modes stock,tunecache,plan
+    python tools/bench_tune.py --model resnet18 --budget-s 240 --seeds 1,2,3,4,5   # a verdict
+
+One run of the same arm varies by ~20% in end-to-end latency from seed to seed (evolutionary
+search), more than the arms differ: ``--seeds`` runs every arm once per seed (alternating their
+order), measures the compiled models of a seed together (interleaved rounds), and aggregates
+medians and paired per-seed ratios under ``aggregate``.
 """
 
 from __future__ import annotations
@@ -244,22 +250,128 @@ def _xgb_check(tasks: list[Any], tgt: Any, args: argparse.Namespace, work: Path)
     return out
 
 
-def _plot(runs: dict[str, Any], path: Path, title: str) -> None:
+def _vm_of(frontend: Any, mod: Any, tgt: Any, db: Any) -> Any:
+    return frontend.make_vm(frontend.build(mod, tgt, database=db))
+
+
+def _interleaved_e2e_ms(frontend: Any, vms: dict[str, Any], imported: Any, inputs: Any, runs: int,
+                        rounds: int = 5) -> dict[str, float]:
+    """Median end-to-end latency of each compiled model, measured in ``rounds`` alternating
+    rounds (``runs // rounds`` runs each), so that machine drift hits every arm alike."""
+    times: dict[str, list[float]] = {k: [] for k in vms}
+    for vm in vms.values():
+        for _ in range(3):
+            frontend.run(vm, imported, *inputs)
+    per_round = max(1, runs // rounds)
+    for r in range(rounds):
+        names = list(vms) if r % 2 == 0 else list(vms)[::-1]
+        for name in names:
+            for _ in range(per_round):
+                t = time.perf_counter()
+                frontend.run(vms[name], imported, *inputs)
+                times[name].append(time.perf_counter() - t)
+    return {k: round(statistics.median(v) * 1e3, 3) for k, v in times.items()}
+
+
+def _run_seed(args: argparse.Namespace, modes: list[str], tasks: list[Any], tgt: Any, mod: Any, imported: Any,
+              inputs: Any, builder: Any, runner: Any, work: Path) -> dict[str, Any]:
+    """Every arm once with ``args.seed``; the compiled models are measured together at the end."""
+    from tunecache import frontend
+    from tunecache.search.remeasure import remeasure_best
+
+    summaries: dict[str, Any] = {}
+    vms: dict[str, Any] = {}
+    for mode in modes:
+        print(f"[bench_tune] seed {args.seed}, {mode}: tuning {len(tasks)} tasks for {args.budget_s} s",
+              file=sys.stderr)
+        wdir = work / f"seed{args.seed}"
+        run = _plan(tasks, tgt, args, wdir) if mode == "plan" else _tune(mode, tasks, tgt, args, builder, runner, wdir)
+        summary = run["summary"]
+        vms[mode] = _vm_of(frontend, mod, tgt, run["db"])
+        if mode == "tunecache" and args.remeasure_k > 0:
+            t = time.perf_counter()
+            changed = 0
+            for task in tasks:
+                before = run["store"].best_k(task.key, run["hw"], 1)
+                remeasure_best(run["store"], run["hw"], task.key, task.mod, tgt, k=args.remeasure_k)
+                after = run["store"].best_k(task.key, run["hw"], 1)
+                changed += bool(before and after and before[0].uid != after[0].uid)
+            summary["remeasure"] = {
+                "k": args.remeasure_k, "seconds": round(time.perf_counter() - t, 1),
+                "tasks_whose_best_changed": changed,
+                "weighted_latency_ms_remeasured": round(sum(
+                    float(task.weight) * r[0].latency_s
+                    for task in tasks if (r := run["store"].best_k(task.key, run["hw"], 1))
+                ) * 1e3, 3),
+            }  # fmt: skip
+            vms["tunecache_remeasured"] = _vm_of(frontend, mod, tgt, run["db"])
+        summaries[mode] = summary
+        brief = {k: v for k, v in summary.items() if k not in ("curve", "tasks")}
+        print(f"[bench_tune] seed {args.seed}, {mode}: {json.dumps(brief)}", file=sys.stderr)
+    e2e = _interleaved_e2e_ms(frontend, vms, imported, inputs, args.e2e_runs)
+    for mode, summary in summaries.items():
+        summary["e2e_ms"] = e2e[mode]
+        if mode == "tunecache" and "tunecache_remeasured" in e2e:
+            summary["e2e_ms_after_remeasure"] = e2e["tunecache_remeasured"]
+    print(f"[bench_tune] seed {args.seed}: end-to-end ms {json.dumps(e2e)}", file=sys.stderr)
+    return {"seed": args.seed, "order": modes, "e2e_ms": e2e, "modes": summaries}
+
+
+def _aggregate(runs: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]:
+    """Medians over seeds per arm, and per-seed wins of tunecache over stock (paired by seed)."""
+    def med(xs: list[float]) -> float | None:
+        return round(statistics.median(xs), 3) if xs else None
+
+    out: dict[str, Any] = {"seeds": len(runs), "e2e_ms": {}, "median": {}}
+    labels = sorted({k for r in runs for k in r["e2e_ms"]})
+    for label in labels:
+        xs = [r["e2e_ms"][label] for r in runs if label in r["e2e_ms"]]
+        out["e2e_ms"][label] = {"per_seed": xs, "median": med(xs), "min": min(xs), "max": max(xs)}
+    for mode in modes:
+        ms = [r["modes"][mode] for r in runs]
+        out["median"][mode] = {
+            k: med([m[k] for m in ms if m.get(k) is not None])
+            for k in ("trials", "trials_per_min", "idle_share", "weighted_latency_ms_tuning",
+                      "weighted_latency_ms_remeasured", "wall_s")
+            if any(m.get(k) is not None for m in ms)
+        }  # fmt: skip
+    if "stock" in modes and "tunecache" in modes:
+        best = "tunecache_remeasured" if "tunecache_remeasured" in labels else "tunecache"
+        pairs = [(r["e2e_ms"][best], r["e2e_ms"]["stock"]) for r in runs]
+        out["tunecache_vs_stock"] = {
+            "arm": best,
+            "ratio_per_seed": [round(a / b, 3) for a, b in pairs],
+            "median_ratio": med([a / b for a, b in pairs]),
+            "seeds_tunecache_lower": sum(a < b for a, b in pairs),
+            "seeds": len(pairs),
+        }
+    return out
+
+
+def _plot_seeds(runs: list[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for mode, run in runs.items():
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    for mode, run in runs[0]["modes"].items():
         curve = run["curve"]
         if curve:
-            ax.step([c[0] for c in curve], [c[1] for c in curve], where="post", marker="o", label=mode)
+            ax.step([c[0] for c in curve], [c[1] for c in curve], where="post", marker=".", label=mode)
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("sum of weight x best latency (ms)")
     ax.set_yscale("log")
-    ax.set_title(title)
+    ax.set_title(f"{title}, seed {runs[0]['seed']}")
     ax.legend()
+    labels = sorted({k for r in runs for k in r["e2e_ms"]})
+    for j, label in enumerate(labels):
+        ys = [r["e2e_ms"][label] for r in runs if label in r["e2e_ms"]]
+        bx.scatter([j] * len(ys), ys, label=label)
+        bx.hlines(statistics.median(ys), j - 0.3, j + 0.3, colors="k")
+    bx.set_xticks(range(len(labels)), labels, rotation=15)
+    bx.set_ylabel("end-to-end latency (ms), one dot per seed")
+    bx.set_title("measured together after each seed; bar = median")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -270,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=300.0)
     p.add_argument("--trials-per-task", type=int, default=64)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated seeds: every arm once per seed, aggregated (medians, paired wins)")
     p.add_argument("--remeasure-k", type=int, default=3)
     p.add_argument("--e2e-runs", type=int, default=30)
     p.add_argument("--xgb-check", action="store_true")
@@ -280,7 +394,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from tunecache import frontend
     from tunecache.search.measure import make_builder, make_runner
-    from tunecache.search.remeasure import remeasure_best
     from tunecache.tvm_layer import load_tvm
     from tunecache.tvm_layer.target import resolve_target
 
@@ -305,39 +418,25 @@ def main(argv: list[str] | None = None) -> int:
         "trials_per_task": args.trials_per_task, "seed": args.seed, "modes": {},
     }  # fmt: skip
     report["untuned_e2e_ms"] = round(_e2e_ms(frontend, mod, tgt, None, imported, inputs, 5), 3)
-    for mode in args.modes.split(","):
-        print(f"[bench_tune] {mode}: tuning {len(tasks)} tasks for {args.budget_s} s", file=sys.stderr)
-        run = _plan(tasks, tgt, args, work) if mode == "plan" else _tune(mode, tasks, tgt, args, builder, runner, work)
-        summary = run["summary"]
-        summary["e2e_ms"] = round(_e2e_ms(frontend, mod, tgt, run["db"], imported, inputs, args.e2e_runs), 3)
-        if mode == "tunecache" and args.remeasure_k > 0:
-            t = time.perf_counter()
-            changed = 0
-            for task in tasks:
-                before = run["store"].best_k(task.key, run["hw"], 1)
-                remeasure_best(run["store"], run["hw"], task.key, task.mod, tgt, k=args.remeasure_k)
-                after = run["store"].best_k(task.key, run["hw"], 1)
-                changed += bool(before and after and before[0].uid != after[0].uid)
-            summary["remeasure"] = {
-                "k": args.remeasure_k, "seconds": round(time.perf_counter() - t, 1),
-                "tasks_whose_best_changed": changed,
-                "weighted_latency_ms_remeasured": round(sum(
-                    float(task.weight) * r[0].latency_s
-                    for task in tasks if (r := run["store"].best_k(task.key, run["hw"], 1))
-                ) * 1e3, 3),
-            }  # fmt: skip
-            summary["e2e_ms_after_remeasure"] = round(
-                _e2e_ms(frontend, mod, tgt, run["db"], imported, inputs, args.e2e_runs), 3
-            )
-        report["modes"][mode] = summary
-        brief = {k: v for k, v in summary.items() if k not in ("curve", "tasks")}
-        print(f"[bench_tune] {mode}: {json.dumps(brief)}", file=sys.stderr)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
+    modes = args.modes.split(",")
+    report["seeds"] = seeds
+    report["runs"] = []
+    for i, seed in enumerate(seeds):
+        # Alternate the order of the arms from seed to seed: whatever drifts during a run
+        # (machine load, thermals) does not always favour the same arm.
+        order = modes if i % 2 == 0 else modes[::-1]
+        run_args = argparse.Namespace(**{**vars(args), "seed": seed})
+        report["runs"].append(_run_seed(run_args, order, tasks, tgt, mod, imported, inputs, builder, runner, work))
+    report["modes"] = report["runs"][0]["modes"]  # the first seed's full detail (curves, tasks)
+    report["aggregate"] = _aggregate(report["runs"], modes)
+    print(f"[bench_tune] aggregate: {json.dumps(report['aggregate'])}", file=sys.stderr)
     builder.close()
     runner.pool.shutdown(wait=True)
     if args.xgb_check:
         report["xgb_check"] = _xgb_check(tasks, tgt, args, work)
     (out_dir / "bench_tune.json").write_text(json.dumps(report, indent=1))
-    _plot(report["modes"], out_dir / "bench_tune.png", f"{model_name}, {args.budget_s:.0f} s each")
+    _plot_seeds(report["runs"], out_dir / "bench_tune.png", f"{model_name}, {args.budget_s:.0f} s each")
     print(json.dumps(report, indent=1))
     print(f"[bench_tune] wrote {out_dir}/bench_tune.json and bench_tune.png", file=sys.stderr)
     return 0

@@ -20,12 +20,15 @@ lookups hit only if the functions it sees are the ones tasks were extracted from
 :func:`extract_tasks` returned, then lowers (see ``tests/test_frontend.py``, which checks that the
 workloads the database is asked about are exactly the extracted ones).
 
-Pipeline of :func:`prepare_for_tuning` (TVM's own ``static_shape_tuning_pipeline`` minus layout
-rewriting): ``BindParams`` → the target's library dispatch passes → ``DecomposeOpsForInference``
-(batch norm becomes scale/shift arithmetic that fuses into the convolution before it) →
-``LegalizeOps`` → ``AnnotateTIROpPattern`` → ``FoldConstant`` (with weights bound, weight
-transposes and bias reshapes are computed once here instead of being tasks) → ``FuseOps`` →
-``FuseTIR``.
+Pipeline of :func:`prepare_for_tuning` (TVM's own ``static_shape_tuning_pipeline`` with
+``cpu_weight_prepack``, for weights bound as constants): ``BindParams`` → the target's library
+dispatch passes → ``DecomposeOpsForInference`` (batch norm becomes scale/shift arithmetic that
+fuses into the convolution before it) → on CPU, ``ConvertLayout`` of convolutions to NHWC
+(:data:`CONV_LAYOUTS`) → ``LegalizeOps`` → ``AnnotateTIROpPattern`` → ``FoldConstant`` (with
+weights bound, weight transposes and bias reshapes are computed once here instead of being
+tasks) → ``FuseOps`` → ``FuseTIR`` → on CPU, weights marked layout-free
+(:data:`WEIGHT_PREPACK`). :func:`build` applies the database, then ``SplitLayoutRewritePreproc``
+and ``FoldConstant``: a tuned kernel's weight re-layout runs once, at build time.
 """
 
 from __future__ import annotations
@@ -466,6 +469,11 @@ def _backend_passes(target: "tvm.target.Target") -> tuple[list[Any], list[Any], 
 #: the model's inputs and outputs keep their layout (a transpose task at each end).
 CONV_LAYOUTS: dict[str, dict[str, list[str]]] = {"llvm": {"relax.nn.conv2d": ["NHWC", "HWIO"]}}
 
+#: Target kinds whose kernels may choose their weights' layout (MetaSchedule's ``RewriteLayout``
+#: postprocessor, Ansor's layout rewrite): weights are marked layout-free before tuning, and
+#: :func:`build` folds each kernel's weight re-layout into the constants once.
+WEIGHT_PREPACK: frozenset[str] = frozenset({"llvm"})
+
 
 def _bind(mod: "tvm.IRModule", params: Mapping[str, Any]) -> "tvm.IRModule":
     if not params:
@@ -527,7 +535,35 @@ def prepare_for_tuning(
             relax.transform.FuseTIR(),
             relax.transform.DeadCodeElimination(),
         ])(mod)  # fmt: skip
+        if str(t.kind.name) in WEIGHT_PREPACK:
+            mod = _mark_layout_free_weights(mod)
     return mod.with_attr(PREPARED_ATTR, str(t.kind.name))
+
+
+def _mark_layout_free_weights(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """Mark each kernel parameter that every caller passes a constant (a weight) as
+    ``layout_free_buffers``, which lets MetaSchedule's ``RewriteLayout`` choose its layout.
+
+    TVM's ``AttachAttrLayoutFreeBuffers`` does the same but copies every kernel under a new
+    name (``mean`` becomes ``mean1``), and task names are what reports show.
+    """
+    tvm = load_tvm()
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    constant_args: dict[str, set[int]] = {}
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            v = binding.value
+            if isinstance(v, relax.Call) and v.op.same_as(call_tir):
+                name = v.args[0].name_hint
+                here = {i for i, a in enumerate(v.args[1].fields) if isinstance(a, tvm.ir.expr.Constant)}
+                constant_args[name] = constant_args.get(name, here) & here
+    for name, idx in constant_args.items():
+        if idx:  # `mod` is the fresh output of this module's own passes: update it in place
+            gv = mod.get_global_var(name)
+            mod[gv] = mod[gv].with_attr("layout_free_buffers", sorted(idx))
+    return mod
 
 
 def _count_permutes(mod: "tvm.IRModule") -> int:
@@ -771,6 +807,10 @@ def build(
         if database is not None:
             # Constructed inside the target scope: the pass reads Target.current().
             passes.append(relax.transform.MetaScheduleApplyDatabase())
+            if str(t.kind.name) in WEIGHT_PREPACK:
+                # A kernel whose record re-lays its weights out reads them in the new layout:
+                # split that re-layout off and fold it into the constant weights, once.
+                passes += [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
         if "gpu" in [str(k) for k in t.keys]:
             from tvm.s_tir import dlight as dl
 

@@ -679,7 +679,7 @@ class _Search:
         self.task_name = task_name
         self.mat = _Materializer(mod, target, seed)
         self.rng = random.Random(seed)
-        self.args_info = ms.arg_info.ArgInfo.from_prim_func(_first_prim_func(mod))
+        _first_prim_func(mod)  # a ConfigError unless the module holds the task's PrimFunc
         self.workload = database.commit_workload(mod) if database is not None else None
         self.device = "cuda" if self.mat.is_cuda else "cpu"
         self.cores = int(target.attrs.get("num-cores", os.cpu_count() or 1)) if not self.mat.is_cuda else 1
@@ -696,6 +696,11 @@ class _Search:
         self.start = time.perf_counter()
 
     # -- measuring ---------------------------------------------------------------------------
+    def _args_info(self, cand: _Candidate) -> Any:
+        """The candidate's own arguments: a schedule that re-lays a weight out (``RewriteLayout``)
+        takes it in the new layout once the builder removes the re-layout block."""
+        return self.ms.arg_info.ArgInfo.from_entry_func(cand.sch.mod, remove_preproc=True)
+
     def measure(self, cands: list[_Candidate]) -> int:
         """Build and run ``cands``; update the best; return how many were valid."""
         from tvm.s_tir.meta_schedule.builder import BuilderInput
@@ -708,7 +713,7 @@ class _Search:
         run_secs: dict[int, list[float] | None] = {i: None for i in range(len(cands))}
         if run_idx:
             futures = self.runner.run(
-                [RunnerInput(str(built[i].artifact_path), self.device, self.args_info) for i in run_idx]
+                [RunnerInput(str(built[i].artifact_path), self.device, self._args_info(cands[i])) for i in run_idx]
             )
             for i, fut in zip(run_idx, futures):
                 res = fut.result()
@@ -743,7 +748,7 @@ class _Search:
                         self.workload,
                         secs if secs is not None else [_FAILED_RUN_SECS],
                         self.target,
-                        self.args_info,
+                        self._args_info(cand),
                     )
                 )
         self.valid += valid
@@ -777,7 +782,7 @@ class _Search:
         try:
             for _ in range(rounds):
                 futures = self.runner.run(
-                    [RunnerInput(str(b.artifact_path), self.device, self.args_info) for _, b in ok]
+                    [RunnerInput(str(b.artifact_path), self.device, self._args_info(c)) for c, b in ok]
                 )
                 for (cand, _), fut in zip(ok, futures):
                     res = fut.result()

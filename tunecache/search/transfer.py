@@ -118,8 +118,6 @@ def pretrained_cost_model(
             mod = workload_from_json(stored.key, stored.mod_json).mod
         except Exception:  # noqa: BLE001 - an undecodable workload is skipped
             continue
-        func = next(f for _, f in mod.functions.items())
-        args_info = ms.arg_info.ArgInfo.from_prim_func(func)
         candidates, results = [], []
         for rec in _spread(recs, per_workload):
             try:
@@ -128,7 +126,7 @@ def pretrained_cost_model(
             except Exception:  # noqa: BLE001 - a trace that no longer replays is skipped
                 n_skipped += 1
                 continue
-            candidates.append(ms.MeasureCandidate(sch, args_info))
+            candidates.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
             results.append(RunnerResult(run_secs=[float(rec.latency_s)], error_msg=None))
         if len(candidates) < 2:
             continue

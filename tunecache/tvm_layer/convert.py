@@ -103,8 +103,36 @@ def describe_module(mod: Any, name: str | None = None) -> WorkloadDesc:
 
 def record_from_tvm(rec: Any, workload: WorkloadKey, hardware: HardwareKey, provenance: Provenance) -> Record:
     """Convert a MetaSchedule ``TuningRecord`` into a store :class:`Record`."""
-    trace_json, run_secs, _target, args_info = rec.as_json()
+    trace_json, run_secs, _target, args_info = tuning_record_json(rec)
     return Record.from_measurement(workload, hardware, trace_json, run_secs, args_info, provenance)
+
+
+def tuning_record_json(rec: Any) -> list[Any]:
+    """Return ``TuningRecord.as_json()``, also for traces that re-lay a buffer out.
+
+    TVM 0.27's ``TuningRecord.as_json`` raises ``TypeError: Not supported type: IndexMap`` for
+    a trace with a ``TransformLayout`` instruction (what the ``RewriteLayout`` postprocessor
+    adds for weight prepacking). The trace's own ``as_json`` writes the index map as TVM JSON
+    text, which ``Trace.apply_json_to_schedule`` reads back; this does the same.
+    """
+    load_tvm()
+    import tvm
+    from tvm.s_tir.meta_schedule import _ffi_api
+
+    def plain(obj: Any) -> Any:
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return obj if not isinstance(obj, str) else str(obj)
+        if isinstance(obj, tvm.tirx.IndexMap):
+            return tvm.ir.save_json(obj)
+        if hasattr(obj, "items"):  # Map
+            return {plain(k): plain(v) for k, v in obj.items()}
+        if hasattr(obj, "value") and isinstance(obj.value, (int, float)):  # IntImm, FloatImm
+            return obj.value
+        if hasattr(obj, "__len__") and hasattr(obj, "__getitem__"):  # Array
+            return [plain(x) for x in obj]
+        raise TypeError(f"unexpected {type(obj).__name__} in a tuning record")
+
+    return plain(_ffi_api.TuningRecordAsJSON(rec))  # type: ignore[no-any-return]
 
 
 def record_to_tvm(record: Record, workload: Any, target: Any) -> Any:
