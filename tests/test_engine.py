@@ -63,7 +63,7 @@ def _round(tally: _TaskTally, n: int, best: float | None) -> None:
 
 def _allocator(tallies: list[_TaskTally], weights: list[float], **kw: Any) -> _Allocator:
     args: dict[str, Any] = dict(
-        max_trials_per_task=1000,
+        max_trials_per_task=[1000] * len(tallies),
         max_trials_global=1000,
         deadline=None,
         early_stopping=EarlyStopping(min_improvement=0.02),
@@ -322,6 +322,21 @@ def test_early_stopping_hands_trials_to_the_heavier_task(
     assert on["small"].trials + on["big"].trials == 48
     assert on["big"].trials > off["big"].trials  # off: each task capped at trials_per_task
     assert off["big"].trials == off["small"].trials == 16
+
+
+@pytest.mark.tvm
+def test_a_task_with_its_own_cap_gets_no_more(target: Any, builder: Any, tmp_path: Path) -> None:
+    """A resumed task (a few trials left of its budget) searched beside fresh ones: its cap
+    holds exactly, even where it is smaller than a round, and the fresh task's does not bind it."""
+    from tvm.s_tir import meta_schedule as ms
+
+    fake = _fake_runner_class()
+    tasks = [FullSearchTask("resumed", _matmul(64), 4.0, max_trials=3), FullSearchTask("fresh", _matmul(16), 1.0)]
+    results = tune_tasks(tasks, target, ms.database.MemoryDatabase(), trials_per_task=8, max_trials_global=11,
+                         early_stopping=None, seed=1, work_dir=tmp_path, builder=builder, runner=fake())
+    got = {r.name: r for r in results}
+    assert got["resumed"].trials == 3 and got["resumed"].rounds == 1  # one round, cut to fit
+    assert got["fresh"].trials == 8
 
 
 @pytest.mark.tvm

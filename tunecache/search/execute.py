@@ -230,7 +230,11 @@ def search_full(
         db = make_database(store, hardware, target, provenance=_prov(hardware, "tuned"),
                            names={s.key.shash: s.name for s in todo})
         try:
-            results = tune_tasks([FullSearchTask(s.node, s.mod, s.weight) for s in todo], target, db,
+            # A resumed task gets only what is left of its budget (a fresh one may get more: the
+            # trials that converged tasks leave go to the others).
+            results = tune_tasks([FullSearchTask(s.node, s.mod, s.weight,
+                                                 budgets[s.node] if budgets[s.node] < full_trials else None)
+                                  for s in todo], target, db,
                                  trials_per_task=max(budgets[s.node] for s in todo),
                                  max_trials_global=sum(budgets[s.node] for s in todo),
                                  time_budget_s=_remaining(deadline), seed=seed, work_dir=str(Path(work_dir) / "full"),

@@ -92,11 +92,16 @@ class FullSearchTask:
     weight
         How many times the model calls this task; the gradient scheduler spends more trials on
         tasks whose weighted latency is larger. Must be positive.
+    max_trials
+        Most candidates this task may get in this search, below the search's own per-task cap
+        (``None``: that cap alone). A resumed task gets what is left of its budget, so it is
+        never tuned past it; a round is cut to fit.
     """
 
     name: str
     mod: Any
     weight: float = 1.0
+    max_trials: int | None = None
 
     @classmethod
     def from_extracted(cls, task: Any) -> FullSearchTask:
@@ -413,7 +418,7 @@ class _Allocator:
         tallies: list[_TaskTally],
         weights: list[float],
         *,
-        max_trials_per_task: int,
+        max_trials_per_task: Sequence[int],
         max_trials_global: int,
         deadline: float | None,
         early_stopping: EarlyStopping | None,
@@ -424,7 +429,7 @@ class _Allocator:
     ) -> None:
         self.tallies = tallies
         self.weights = weights
-        self.max_trials_per_task = max_trials_per_task
+        self.max_trials_per_task = list(max_trials_per_task)
         self.max_trials_global = max_trials_global
         self.deadline = deadline
         self.early_stopping = early_stopping
@@ -453,7 +458,7 @@ class _Allocator:
             return STOP_TIME
         if total >= self.max_trials_global:
             return STOP_GLOBAL_CAP
-        if tally.trials >= self.max_trials_per_task:
+        if tally.trials >= self.max_trials_per_task[i]:
             return STOP_TASK_CAP
         if tally.last_round_empty:
             return STOP_EXHAUSTED
@@ -633,6 +638,47 @@ def _tracking_classes() -> tuple[Any, Any, Any, Any, Any]:
             return self.allocator.next_task(self._outer())
 
     return _TimedBuilder, _TimedRunner, _CallbacksStart, _Tracker, _EngineScheduler
+
+
+def _capped_strategy(inner: Any, max_trials: int) -> Any:
+    """``inner`` (a MetaSchedule search strategy) with its own cap on candidates.
+
+    MetaSchedule hands every task the same ``max_trials_per_task`` in ``pre_tuning``; the
+    strategy then cuts its last round to fit. Passing the smaller of the two here gives one task
+    a cap of its own with the same exact cut.
+    """
+    load_tvm()
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+    @derived_object
+    class _Capped(PySearchStrategy):
+        def __init__(self, inner: Any, max_trials: int) -> None:
+            super().__init__()
+            self.inner = inner
+            self.max_trials = max_trials
+
+        def _initialize_with_tune_context(self, context: Any) -> None:
+            self.inner._initialize_with_tune_context(context)
+
+        def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any,
+                       database: Any = None, cost_model: Any = None) -> None:
+            self.inner.pre_tuning(min(max_trials, self.max_trials), num_trials_per_iter, design_spaces,
+                                  database, cost_model)
+
+        def post_tuning(self) -> None:
+            self.inner.post_tuning()
+
+        def generate_measure_candidates(self) -> Any:
+            return self.inner.generate_measure_candidates()
+
+        def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
+            self.inner.notify_runner_results(measure_candidates, results)
+
+        def clone(self) -> Any:
+            return _Capped(self.inner.clone(), self.max_trials)
+
+    return _Capped(inner, max_trials)
 
 
 def _quiet_console(logger_name: str) -> None:
@@ -912,6 +958,7 @@ def tune_tasks(
         reallocate = early_stopping is not None and scheduler == "tunecache"
         max_trials_per_task = n_global if reallocate else trials_per_task
     per_task_cap = min(max_trials_per_task, n_global)
+    caps = [per_task_cap if t.max_trials is None else min(per_task_cap, t.max_trials) for t in tasks]
     sizing = fit_to_time_budget(search_sizing(trials_per_task), len(tasks), time_budget_s)
     deadline = None if time_budget_s is None else timeline.start + time_budget_s
 
@@ -952,7 +999,7 @@ def tune_tasks(
                 mod=task.mod,
                 target=target,
                 space_generator="post-order-apply",
-                search_strategy=strategy,
+                search_strategy=strategy if task.max_trials is None else _capped_strategy(strategy, task.max_trials),
                 task_name=task.name,
                 rand_state=rand_state,
                 num_threads=threads,
@@ -1009,6 +1056,7 @@ def tune_tasks(
             searched = []
         if searched and spent < n_global:
             task_cap = min(per_task_cap, n_global - spent)
+            sub_caps = [min(caps[i], task_cap) for i in searched]
             sub_tallies = [tallies[i] for i in searched]
             weights = [float(tasks[i].weight) for i in searched]
             tracker = tracker_cls(
@@ -1031,7 +1079,7 @@ def tune_tasks(
                     _Allocator(
                         sub_tallies,
                         weights,
-                        max_trials_per_task=task_cap,
+                        max_trials_per_task=sub_caps,
                         max_trials_global=n_global - spent,
                         deadline=deadline,
                         early_stopping=early_stopping,
@@ -1084,9 +1132,9 @@ def tune_tasks(
         if own_runner:
             inner_runner.pool.shutdown(wait=True)  # LocalRunner keeps one worker process
     total = sum(t.trials for t in tallies)
-    for tally in tallies:
+    for tally, cap in zip(tallies, caps, strict=True):
         if tally.stop is None:
-            if tally.trials >= per_task_cap:
+            if tally.trials >= cap:
                 tally.stop = STOP_TASK_CAP
             elif total >= n_global:
                 tally.stop = STOP_GLOBAL_CAP
