@@ -285,6 +285,16 @@ def test_resnet_fused_tasks(tvm, resnet_tasks) -> None:
     assert g == (1, 16, 16, 16, 3, 3, 3)
     assert check_bridge(materialize_bridge(analyze(stem), g), [stem, down], TARGET)
 
+    # Another epilogue (the residual add): another sketch set, the same decisions. The planner
+    # pairs them by decision signature; the narrowed search moves decisions between sketches.
+    from tunecache.reuse.sketch import decision_signature
+
+    (res,) = [resnet_tasks[k] for k, n in nests.items() if n.epilogue == residual and n.extents[0:4] == (1, 16, 32, 32)]
+    assert sketch_signature(res, TARGET) != s_stem
+    assert decision_signature(res, TARGET) == decision_signature(stem, TARGET)
+    assert can_reuse(analyze(res), analyze(stem), decision_signature(res, TARGET),
+                     decision_signature(stem, TARGET)).reason == "a dominates b"
+
     # A depthwise conv never pairs with a dense conv2d.
     (dw_name,) = [k for k, n in nests.items() if n.family == "depthwise_conv2d"]
     (sc_name,) = [k for k, n in nests.items() if n.extents == (1, 32, 16, 16, 16, 1, 1)]

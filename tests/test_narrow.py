@@ -230,6 +230,59 @@ def test_replay_maps_block_names_between_differently_built_tasks(sources: list[A
     np.testing.assert_allclose(out.numpy(), x @ y, rtol=1e-4)
 
 
+def _matmul_residual_relu(m: int, n: int, k: int) -> Any:
+    """``relu(A @ B + bias + res)``: a matmul whose sketch inlines a fused epilogue, as Relax fuses
+    a convolution's residual ``add`` and ``relu``."""
+    tvm = load_tvm("llvm")
+    from tvm import te, topi
+
+    a, b = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
+    bias, res = te.placeholder((n,), name="bias"), te.placeholder((m, n), name="res")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    c = te.compute((m, n), lambda i, j: c[i, j] + bias[j], name="T_add")
+    c = te.compute((m, n), lambda i, j: c[i, j] + res[i, j], name="T_add1")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, bias, res, topi.nn.relu(c)])})
+
+
+def test_decisions_move_onto_a_sketch_with_another_epilogue(sources: list[Any], target: Any, builder: Any,
+                                                            runner: Any) -> None:
+    """Beta (a plain matmul) and alpha (a matmul with a fused bias, residual add and relu) have
+    different sketch sets but sample the same decisions: beta's decisions are carried onto
+    alpha's own sketch (its epilogue fused as MetaSchedule would), and the program is correct."""
+    from tunecache.reuse.sketch import decision_signature, sketch_signature
+    from tunecache.search.narrow import _Materializer, _Skeleton, _structure
+
+    alpha = _matmul_residual_relu(*ALPHA)
+    assert sketch_signature(alpha, target) != sketch_signature(_matmul(*BETA), target)
+    assert decision_signature(alpha, target) == decision_signature(_matmul(*BETA), target)
+
+    mat = _Materializer(alpha, target, 0)
+    beta = _Skeleton(0, sources[0])
+    moved = mat.adapt(beta)
+    alpha_sketches = [_structure(a) for a in mat.alpha_sketches()]
+    assert _structure(beta.insts) not in alpha_sketches  # without moving, beta's sketch is foreign
+    assert _structure(moved.insts) in alpha_sketches
+    # Beta's decisions, in order: the tiles are beta's, rescaled by TVM where alpha is larger.
+    assert [moved.decisions[i] for i in sorted(moved.decisions)] == [beta.decisions[i] for i in sorted(beta.decisions)]
+
+    sch = replay_on(sources[0], alpha, target)
+    assert sch is not None
+    applied = _tile_decisions(decode_trace(sch.trace.as_json()))
+    assert sorted(math.prod(v) for v in applied.values()) == sorted(ALPHA)
+    tvm = load_tvm("llvm")
+    m, n, k = ALPHA
+    rng = np.random.default_rng(0)
+    x, y = rng.random((m, k), "float32"), rng.random((k, n), "float32")
+    bias, res = rng.random(n, "float32") - 0.5, rng.random((m, n), "float32") - 20.0
+    out = tvm.runtime.tensor(np.zeros((m, n), "float32"))
+    tvm.tirx.build(sch.mod, target)["main"](*(tvm.runtime.tensor(v) for v in (x, y, bias, res)), out)
+    np.testing.assert_allclose(out.numpy(), np.maximum(x @ y + bias + res, 0), rtol=1e-4, atol=1e-4)
+
+    got = narrowed_search(sources, alpha, target, builder=builder, runner=runner, max_trials=4, round_size=4, seed=1)
+    assert got.failed_replay == 0 and got.valid_trials > 0
+
+
 def test_block_name_mapping_rules() -> None:
     from tunecache.search.narrow import _map_blocks
 

@@ -9,7 +9,9 @@ and reused by both. Parameters the loops do not determine take defaults (stride 
 * :func:`materialize_bridge` builds a real PrimFunc for a bridge, mirroring the source's
   layout, dtype, padding and fused epilogue (bias add, residual add, ReLU), because those
   change the sketch set MetaSchedule generates;
-* :func:`check_bridge` verifies the bridge has the sketch set of the tasks it bridges.
+* :func:`check_bridge` verifies the bridge samples the decisions of the tasks it bridges (their
+  decision signature, :func:`tunecache.reuse.sketch.decision_signature`: the sketch set with
+  the instructions that sample nothing left out).
 """
 
 from __future__ import annotations
@@ -349,11 +351,11 @@ class BridgeCheck:
     Attributes
     ----------
     ok
-        True when the bridge has the family and the sketch signature of every source.
+        True when the bridge has the family and the decision signature of every source.
     bridge_sketch
-        The bridge's sketch signature.
+        The bridge's decision signature.
     source_sketches
-        The sources' sketch signatures, in the order given.
+        The sources' decision signatures, in the order given.
     reason
         Empty when ``ok``, else what differed.
     """
@@ -368,7 +370,7 @@ class BridgeCheck:
 
 
 def check_bridge(bridge_mod: Any, source_mod: Any, target: Any) -> BridgeCheck:
-    """Verify that a bridge has the family and sketch set of the task(s) it bridges.
+    """Verify that a bridge has the family and decision signature of the task(s) it bridges.
 
     Parameters
     ----------
@@ -385,15 +387,15 @@ def check_bridge(bridge_mod: Any, source_mod: Any, target: Any) -> BridgeCheck:
         Truthy when every source matches.
     """
     from tunecache.reuse.loopnest import analyze
-    from tunecache.reuse.sketch import sketch_signature
+    from tunecache.reuse.sketch import decision_signature
 
     sources = list(source_mod) if isinstance(source_mod, (list, tuple)) else [source_mod]
     bridge_nest = analyze(bridge_mod)
-    bridge_sig = sketch_signature(bridge_mod, target)
+    bridge_sig = decision_signature(bridge_mod, target)
     sigs, problems = [], []
     for i, src in enumerate(sources):
         nest = analyze(src)
-        sig = sketch_signature(src, target)
+        sig = decision_signature(src, target)
         sigs.append(sig)
         if nest.family != bridge_nest.family:
             problems.append(f"source {i} is {nest.family}, the bridge {bridge_nest.family}")

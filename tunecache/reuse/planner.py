@@ -30,7 +30,7 @@ class PlanTask:
     name: str
     weight: float
     nest: LoopNest
-    sketch: str
+    sketch: str  # decision signature (tunecache.reuse.sketch.decision_signature)
     trivial: bool = False  # design space of one program with nothing sampled: costs one trial
 
     @property
@@ -215,7 +215,7 @@ def plan_tasks(
 def describe_tasks(items: Sequence[tuple[WorkloadKey, str, float, Any]], target: Any) -> list[PlanTask]:
     """Analyze (key, name, weight, TIR module) items into :class:`PlanTask` values (needs TVM)."""
     from tunecache.reuse.loopnest import analyze
-    from tunecache.reuse.sketch import sketch_signature, sketch_texts
+    from tunecache.reuse.sketch import decision_digest, decision_texts
 
     out = []
     for key, name, weight, mod in items:
@@ -223,22 +223,23 @@ def describe_tasks(items: Sequence[tuple[WorkloadKey, str, float, Any]], target:
             nest = analyze(mod)
         except Exception:  # noqa: BLE001 - a task the analysis cannot read is tuned from scratch
             nest = LoopNest("other", (), (), "", "", signature=f"unanalysable:{key.shash}")
-        texts = sketch_texts(mod, target)
-        trivial = len(texts) == 1 and "Sample" not in texts[0]
-        out.append(PlanTask(key, name, float(weight), nest, sketch_signature(mod, target), trivial))
+        texts = decision_texts(mod, target)
+        trivial = len(texts) == 1 and not texts[0]  # one sketch that samples nothing
+        out.append(PlanTask(key, name, float(weight), nest, decision_digest(texts), trivial))
     return out
 
 
 def bridge_checker(target: Any) -> Callable[[LoopNest, Sequence[PlanTask]], bool]:
-    """Return a ``bridge_check`` that materializes a bridge and compares its sketch signature."""
+    """Return a ``bridge_check`` that materializes a bridge and compares its decision signature."""
     from tunecache.reuse.bridge import materialize_bridge
-    from tunecache.reuse.sketch import sketch_signature
+    from tunecache.reuse.sketch import decision_signature
 
     def check(nest: LoopNest, users: Sequence[PlanTask]) -> bool:
         try:
             mod = materialize_bridge(nest, nest.extents)
         except (ValueError, NotImplementedError):
             return False
-        return all(sketch_signature(mod, target) == u.sketch for u in users)
+        sig = decision_signature(mod, target)
+        return all(sig == u.sketch for u in users)
 
     return check

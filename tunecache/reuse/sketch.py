@@ -21,7 +21,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Mapping
 
-__all__ = ["sketch_signature", "sketch_set", "sketch_texts", "as_target"]
+__all__ = ["SAMPLE_KINDS", "as_target", "decision_digest", "decision_signature", "decision_text", "decision_texts",
+           "sketch_set", "sketch_signature", "sketch_texts"]
 
 #: Attributes of these instruction kinds name things (blocks, functions), not structure.
 _DROP_ATTRS = {"GetSBlock": (0, 1), "GetBlock": (0, 1)}
@@ -189,3 +190,65 @@ def sketch_signature(mod: Any, target: Any) -> str:
     16
     """
     return _digest("\n".join(sorted(sketch_set(mod, target))))
+
+
+#: Instruction kinds that sample a decision.
+SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation", "SamplePartitionedTile")
+
+
+def decision_text(insts: Any) -> str:
+    """Return the decisions a sketch samples, one line each, in order.
+
+    A line is a sampling instruction's kind and structural attributes (tile levels and
+    ``max_innermost_factor``, categorical candidates), plus the tiling structure each
+    ``meta_schedule.tiling_structure`` annotation names. Inputs, block names and every other
+    instruction are left out: they are what differs between a conv with a fused residual
+    ``add``/``relu`` and one without (more blocks to inline), while the decisions mean the same
+    thing in both. ``insts`` are trace JSON instructions (``[kind, inputs, attrs, outputs]``).
+    """
+    lines = []
+    for kind, _inputs, attrs, _outputs in insts:
+        if kind in SAMPLE_KINDS:
+            lines.append(f"{kind}{attrs!r}")
+        elif kind == "Annotate" and attrs == ["meta_schedule.tiling_structure"]:
+            lines.append(f"tiling {_inputs[1]!s}")
+    return "\n".join(lines)
+
+
+def decision_texts(mod: Any, target: Any) -> tuple[str, ...]:
+    """Return :func:`decision_text` of every sketch in ``mod``'s design space, in order."""
+    from tunecache.store.records import decode_trace
+
+    tgt = as_target(target)
+    return tuple(decision_text(decode_trace(sch.trace.as_json())[0]) for sch in _design_space(mod, tgt))
+
+
+def decision_signature(mod: Any, target: Any) -> str:
+    """Return a short digest of the decisions ``mod``'s sketches sample (:func:`decision_text`).
+
+    This is the sketch condition tunecache's planner uses: ETO's "same sketch set" (see
+    :func:`sketch_signature`) with everything but the sampled decisions ignored. Two tasks with
+    equal decision signatures can carry each other's decisions, one to one, in order, even where
+    their sketches differ in instructions that sample nothing: a 1x1 convolution with and without
+    a fused residual ``add`` and ``relu`` have different sketch sets but the same decision
+    signature. The narrowed search moves a source's decisions onto the target's own sketch
+    (``tunecache.search.narrow``).
+
+    Parameters
+    ----------
+    mod
+        A task: an ``IRModule`` with one PrimFunc, or a ``PrimFunc``.
+    target
+        A ``tvm.target.Target`` or a target dict.
+
+    Returns
+    -------
+    str
+        16 hex digits.
+    """
+    return decision_digest(decision_texts(mod, target))
+
+
+def decision_digest(texts: Any) -> str:
+    """The :func:`decision_signature` of already computed :func:`decision_texts`."""
+    return _digest("\n\n".join(sorted(set(texts))))

@@ -28,6 +28,7 @@ A candidate that fails to replay, postprocess, build or run is counted, never ra
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -366,6 +367,12 @@ class _Skeleton:
 _GET_BLOCK = ("GetSBlock", "GetBlock")
 
 
+def _structure(insts: Sequence[Any]) -> list[str]:
+    """A sketch's instructions without block names, one string each (for comparing sketches)."""
+    return [json.dumps([kind, inputs, [] if kind in _GET_BLOCK else attrs, outputs])
+            for kind, inputs, attrs, outputs in insts]
+
+
 def _block_order(insts: Sequence[Any]) -> list[str]:
     """Distinct block names of a trace's ``GetSBlock`` instructions, in first-use order."""
     out: list[str] = []
@@ -436,20 +443,50 @@ class _Materializer:
         self.is_cuda = str(target.kind.name) == "cuda"
         self.failed_replay = 0
         self.failed_postproc = 0
-        self._alpha_blocks: list[list[str]] | None = None
+        self._alpha_sketches: list[list[Any]] | None = None
         self._renamed: dict[str, list[Any]] = {}
 
-    def alpha_block_orders(self) -> list[list[str]]:
-        """Block names of alpha in the order each of its design-space sketches first gets them."""
-        if self._alpha_blocks is None:
+    def alpha_sketches(self) -> list[list[Any]]:
+        """The instructions of each of alpha's design-space sketches (trace JSON)."""
+        if self._alpha_sketches is None:
             from tunecache.reuse.sketch import _design_space
 
             try:
-                self._alpha_blocks = [_block_order(decode_trace(s.trace.as_json())[0])
-                                      for s in _design_space(self.mod, self.target)]
-            except Exception:  # noqa: BLE001 - no design space: names are used as they are
-                self._alpha_blocks = []
-        return self._alpha_blocks
+                self._alpha_sketches = [decode_trace(s.trace.as_json())[0] for s in _design_space(self.mod, self.target)]
+            except Exception:  # noqa: BLE001 - no design space: sources are replayed as they are
+                self._alpha_sketches = []
+        return self._alpha_sketches
+
+    def alpha_block_orders(self) -> list[list[str]]:
+        """Block names of alpha in the order each of its design-space sketches first gets them."""
+        return [_block_order(insts) for insts in self.alpha_sketches()]
+
+    def adapt(self, skeleton: _Skeleton) -> _Skeleton:
+        """``skeleton`` in a form that replays on alpha.
+
+        Itself, when one of alpha's sketches has its structure (block names aside: see
+        :meth:`insts_for_alpha`). Otherwise, when beta's sketch differs from alpha's only in
+        instructions that sample nothing (alpha has a fused residual ``add``/``relu`` to inline
+        that beta had not, or the other way round), alpha's own sketch that samples the same
+        decisions (:func:`~tunecache.reuse.sketch.decision_text`; the closest in structure when
+        several do) carrying beta's decisions one to one, in order. Itself when there is none:
+        its replay then fails and is counted.
+        """
+        from tunecache.reuse.sketch import SAMPLE_KINDS, decision_text
+
+        own = _structure(skeleton.insts)
+        sketches = self.alpha_sketches()
+        if not sketches or any(_structure(a) == own for a in sketches):
+            return skeleton
+        text = decision_text(skeleton.insts)
+        same = [a for a in sketches if decision_text(a) == text]
+        if not same:
+            return skeleton
+        alpha = max(same, key=lambda a: difflib.SequenceMatcher(None, own, _structure(a), autojunk=False).ratio())
+        beta_sites = [i for i, inst in enumerate(skeleton.insts) if inst[0] in SAMPLE_KINDS]
+        alpha_sites = [i for i, inst in enumerate(alpha) if inst[0] in SAMPLE_KINDS]
+        decisions = [[a, skeleton.decisions[b]] for a, b in zip(alpha_sites, beta_sites) if b in skeleton.decisions]
+        return _Skeleton(skeleton.source, [alpha, decisions])
 
     def insts_for_alpha(self, skeleton: _Skeleton) -> list[Any]:
         """``skeleton``'s instructions with its block names mapped to alpha's.
@@ -602,7 +639,8 @@ def sketch_on(trace: Any, mod: Any, target: Any) -> list[Any] | None:
         skeleton = _Skeleton(0, _trace_of(trace))
     except InvalidRecordError:
         return None
-    return [_Materializer(_as_ir_module(mod), target, 0).insts_for_alpha(skeleton), []]
+    mat = _Materializer(_as_ir_module(mod), target, 0)
+    return [mat.insts_for_alpha(mat.adapt(skeleton)), []]
 
 
 def propose_neighbours(trace: Any, mod: Any, target: Any, phase: str, *, seed: int = 0) -> list[list[Any]]:
@@ -923,7 +961,7 @@ def narrowed_search(
     skeletons: list[_Skeleton] = []
     for i, src in enumerate(sources):
         try:
-            skeletons.append(_Skeleton(i, _trace_of(src)))
+            skeletons.append(mat.adapt(_Skeleton(i, _trace_of(src))))
         except (InvalidRecordError, TypeError, ValueError, IndexError):
             mat.failed_replay += 1
     first: list[_Candidate] = []
