@@ -202,3 +202,22 @@ def test_cpuinfo_arm():
 def test_gpu_arch():
     assert tg.GpuInfo("x", "8.6").arch == "sm_86"
     assert tg.GpuInfo("x", "10.0").arch == "sm_100"
+
+
+def _runtime_threads(env: dict[str, str]) -> int:
+    import os
+    import subprocess
+    import sys
+
+    code = ("from tunecache.tvm_layer import load_tvm; tvm = load_tvm(); "
+            "print(tvm.get_global_func('runtime.NumThreads')())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"} | env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return int(out.stdout.split()[-1])
+
+
+def test_tvm_runtime_uses_every_physical_core_unless_told_otherwise() -> None:
+    """TVM 0.27 alone takes half the logical CPUs on x86 (1 thread on this 2-vCPU machine)."""
+    assert _runtime_threads({}) == tg.physical_cores()
+    assert _runtime_threads({"TVM_NUM_THREADS": "1"}) == 1  # the user's setting wins

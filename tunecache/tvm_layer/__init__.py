@@ -3,7 +3,8 @@
 ``import tunecache`` never imports TVM. Code that needs TVM calls :func:`load_tvm` first, which
 imports TVM once per process and, for CPU targets, skips the ~30 s import of tensor intrinsics
 for GPUs and other CPUs that MetaSchedule would otherwise pay in every process (see
-../shared/TVM_NOTES.md, "Stock MetaSchedule fails here").
+../shared/TVM_NOTES.md, "Stock MetaSchedule fails here"). It also sizes TVM's runtime thread
+pool to the physical cores (:func:`tunecache.config.default_tvm_threads`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def load_tvm(target_kind: str = "llvm") -> types.ModuleType:
         If TVM is not installed.
     """
     with _lock:
+        if not _loaded_kinds:  # before TVM's thread pool can start, in this process or its workers
+            from tunecache import config
+            from tunecache.tvm_layer.target import physical_cores
+
+            config.default_tvm_threads(physical_cores())
         try:
             import tvm  # noqa: F401
         except ImportError as err:  # pragma: no cover - depends on the environment
