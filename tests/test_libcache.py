@@ -141,3 +141,34 @@ def test_key_depends_on_every_part() -> None:
     for change in ({"model_hash": "2"}, {"target": "llvm -mcpu=x"}, {"hardware_id": "g"},
                    {"programs": [("w1", "u9"), ("w2", None)]}, {"programs": [("w1", "u1"), ("w2", "u2")]}):
         assert library_key(**{**base, **change}) != k, change
+
+
+@pytest.mark.tvm
+def test_a_known_model_with_all_hits_loads_without_being_prepared(tmp_path, monkeypatch) -> None:
+    """The tasks a model was prepared into are remembered next to its library: the next compile
+    (every task a hit) loads the library without preparing the model (FoldConstant over every
+    weight). A damaged task index, or a model with other weights, goes the long way."""
+    m, other = zoo.get("small_cnn", seed=0), zoo.get("small_cnn", seed=1)
+    libs, db = tmp_path / "libs", tmp_path / "s.db"
+    first = _compile(m, db, libs, trials_per_task=2, seed=1)
+    assert first.report.trials > 0 and first.report.build == "built, cached"
+
+    def no_prepare(*_a, **_k):
+        raise AssertionError("prepared again")
+
+    real_prepare = frontend.prepare_for_tuning
+    monkeypatch.setattr(frontend, "prepare_for_tuning", no_prepare)
+    again = _compile(m, db, libs)
+    assert again.report.build == LOADED and again.report.trials == 0
+    assert [(t.name, t.weight, t.outcome) for t in again.report.tasks] == [
+        (t.name, t.weight, "hit") for t in first.report.tasks]
+    x = m.example_inputs[0]
+    np.testing.assert_array_equal(again(x).numpy(), first(x).numpy())
+    with pytest.raises(AssertionError, match="prepared again"):  # other weights: another model
+        _compile(other, db, libs)
+
+    for index in libs.glob("*.tasks.json"):
+        index.write_text("{not json")
+    monkeypatch.setattr(frontend, "prepare_for_tuning", real_prepare)
+    third = _compile(m, db, libs)
+    assert third.report.build == LOADED and third.report.count("hit") == len(first.report.tasks)

@@ -14,7 +14,7 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any, Collection, Sequence
 
 from tunecache.errors import ConfigError
 from tunecache.report import CompileReport, TaskReport
@@ -159,16 +159,26 @@ def compile(  # noqa: A001 - the product's verb
     tgt = resolve_target(target)
     hw = hardware_key(tgt)
     st = open_store(store, overlay=overlay)
+    budget = {"trials_per_task": trials_per_task, "time_budget_s": time_budget_s, "tune": tune}
+    cache = _library_cache(library_cache)
+    model_id = frontend.model_hash(imported, tgt) if cache is not None else None
+
+    # 0. a model compiled before whose tasks are all hits: its library, without preparing it again
+    if model_id is not None and tune != "always":
+        t_build = time.time()
+        known = _load_known(model_id, tgt, st, hw, cache)
+        if known is not None:
+            executable, library_path, known_tasks, found, failed = known
+            report = _finish(_report(known_tasks, found, {}, st, hw, tune, failed), tgt, hw, t0, 0.0, budget,
+                             "loaded from the library cache", t_build)
+            return CompiledModel(executable, imported, tgt, report, library_path)
+
     mod = frontend.prepare_for_tuning(imported, tgt)
     tasks = frontend.extract_tasks(mod, tgt)
 
     # 1. look up the store
     found = {t.key: st.best_k(t.key, hw, 1) for t in tasks}
-    # Searched before on this hardware with no candidate that built and ran (e.g. a gather whose
-    # random index inputs are out of bounds): searching again would fail the same way, every
-    # compile. It compiles with TVM's default schedule; tune="always" retries.
-    failed_before = {t.key for t in tasks if not found[t.key]
-                     and any(r.latency_s is None and not r.stale for r in st.records(hardware=hw, workload=t.key))}
+    failed_before = _failed_before(tasks, found, st, hw)
     misses = [t for t in tasks if tune == "always" or (not found[t.key] and t.key not in failed_before)]
 
     # 2-3. plan reuse -> narrowed search -> full search, for the misses
@@ -181,41 +191,75 @@ def compile(  # noqa: A001 - the product's verb
 
     # 4. build with the best programs the store now has (or load the library built from them)
     t_build = time.time()
-    executable, library_path, build = _build(mod, tgt, st, hw, tasks, library_cache)
-
-    report = _report(tasks, found, searched, st, hw, tune, failed_before)
-    report = replace(
-        report,
-        target=str(tgt),
-        hardware=hw.describe(),
-        seconds_total=time.time() - t0,
-        seconds_tuning=tuning_s,
-        budget={"trials_per_task": trials_per_task, "time_budget_s": time_budget_s, "tune": tune},
-        build=build,
-        seconds_build=time.time() - t_build,
-    )
-    log.info(report.summary())
+    executable, library_path, build = _build(mod, tgt, st, hw, tasks, cache, model_id)
+    report = _finish(_report(tasks, found, searched, st, hw, tune, failed_before), tgt, hw, t0, tuning_s, budget,
+                     build, t_build)
     return CompiledModel(executable, imported, tgt, report, library_path)
 
 
-def _build(mod: Any, tgt: Any, st: Store, hw: Any, tasks: list[Any],
-           library_cache: "str | os.PathLike[str] | bool | None") -> tuple[Any, Path | None, str]:
-    """Build ``mod`` with the store's best programs, or load the cached library built from them."""
+def _finish(report: CompileReport, tgt: Any, hw: Any, t0: float, tuning_s: float, budget: dict[str, Any],
+            build: str, t_build: float) -> CompileReport:
+    """Add the compile's context and timings to ``report``; log its summary."""
+    report = replace(report, target=str(tgt), hardware=hw.describe(), seconds_total=time.time() - t0,
+                     seconds_tuning=tuning_s, budget=budget, build=build, seconds_build=time.time() - t_build)
+    log.info(report.summary())
+    return report
+
+
+def _failed_before(tasks: Sequence[Any], found: dict[Any, list[Any]], st: Store, hw: Any) -> set[Any]:
+    """Keys of the tasks searched before on this hardware with no candidate that built and ran
+    (e.g. a gather whose random index inputs are out of bounds): searching again would fail
+    the same way, every compile. They compile with TVM's default schedule; tune="always" retries."""
+    return {t.key for t in tasks if not found[t.key]
+            and any(r.latency_s is None and not r.stale for r in st.records(hardware=hw, workload=t.key))}
+
+
+def _programs(tasks: Sequence[Any], st: Store, hw: Any) -> tuple[dict[Any, list[Any]], list[tuple[str, str | None]]]:
+    """Each task's best stored record (by key), and ``(workload hash, record uid)`` pairs."""
+    found = {t.key: st.best_k(t.key, hw, 1) for t in tasks}
+    return found, [(t.key.shash, found[t.key][0].uid if found[t.key] else None) for t in tasks]
+
+
+def _load_known(model_id: str, tgt: Any, st: Store, hw: Any,
+                cache: Any) -> tuple[Any, Path, list[Any], dict[Any, Any], set[Any]] | None:
+    """The cached library of a model prepared before, when nothing is left to search (every task
+    is a store hit or :func:`_failed_before`): ``(library, its path, the tasks, their best
+    records, the failed ones)``; else ``None``."""
+    from tunecache.libcache import library_key
+
+    known = cache.known_tasks(model_id, str(tgt))
+    if known is None:
+        return None
+    prepared_hash, tasks = known
+    found, programs = _programs(tasks, st, hw)
+    failed = _failed_before(tasks, found, st, hw)
+    if not all(found[t.key] or t.key in failed for t in tasks):
+        return None
+    key = library_key(prepared_hash, str(tgt), hw.id, programs)
+    lib = cache.load(key)
+    return None if lib is None else (lib, cache.path(key), tasks, found, failed)
+
+
+def _build(mod: Any, tgt: Any, st: Store, hw: Any, tasks: list[Any], cache: Any,
+           model_id: str | None) -> tuple[Any, Path | None, str]:
+    """Build ``mod`` with the store's best programs, or load the cached library built from them.
+
+    With a library cache, the model's tasks are remembered under ``model_id`` whenever a library
+    for them is cached, so the next compile of the same model can skip preparing it.
+    """
     from tunecache import frontend
     from tunecache.store.adapter import make_database
 
-    cache = _library_cache(library_cache)
     key = None
     if cache is not None:
         import tvm_ffi
 
         from tunecache.libcache import library_key
 
-        programs = []
-        for t in tasks:
-            best = st.best_k(t.key, hw, 1)
-            programs.append((t.key.shash, best[0].uid if best else None))
-        key = library_key(str(tvm_ffi.structural_hash(mod)), str(tgt), hw.id, programs)
+        prepared_hash = str(tvm_ffi.structural_hash(mod))
+        key = library_key(prepared_hash, str(tgt), hw.id, _programs(tasks, st, hw)[1])
+        if model_id is not None:
+            cache.remember_tasks(model_id, str(tgt), prepared_hash, tasks)
         lib = cache.load(key)
         if lib is not None:
             return lib, cache.path(key), "loaded from the library cache"

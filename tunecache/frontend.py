@@ -58,6 +58,7 @@ __all__ = [
     "import_model",
     "prepare_for_tuning",
     "is_prepared",
+    "model_hash",
     "extract_tasks",
     "guess_family",
     "build",
@@ -487,6 +488,35 @@ def _bind(mod: "tvm.IRModule", params: Mapping[str, Any]) -> "tvm.IRModule":
     from tvm import relax
 
     return relax.transform.BindParams("main", dict(params))(mod)
+
+
+def model_hash(imported: ImportedModel | "tvm.IRModule", target: TargetLike = None) -> str:
+    """Identify what :func:`prepare_for_tuning` would start from and how it would prepare it.
+
+    A digest of the imported module with its weights bound (TVM's structural hash covers
+    constant data: BERT-base's 440 MB in ~0.25 s) and of the preparation settings for the
+    target's kind (:data:`CONV_LAYOUTS`, :data:`FAST_MATH`, :data:`WEIGHT_PREPACK`). Equal
+    digests give equal prepared modules, hence equal tasks, with the same TVM and tunecache.
+    """
+    import hashlib
+    import json
+
+    import tvm_ffi
+
+    load_tvm()
+    kind = str(resolve_target(target).kind.name)
+    if isinstance(imported, ImportedModel):
+        mod, params = imported.mod, imported.params
+    else:
+        mod, params = imported, {}
+    doc = {
+        "model": str(tvm_ffi.structural_hash(_bind(mod, params))),
+        "kind": kind,
+        "conv_layouts": CONV_LAYOUTS.get(kind),
+        "fast_math": kind in FAST_MATH,
+        "weight_prepack": kind in WEIGHT_PREPACK,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def is_prepared(mod: "tvm.IRModule") -> bool:

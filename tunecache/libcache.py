@@ -19,6 +19,14 @@ its size: BERT-base's 440 MB library loaded in ~2.3 s here while building it too
 (:data:`LOAD_BYTES_PER_S`) is not clearly below its build time is not kept; a small ``.skip`` file
 remembers that, so later compiles build without exporting again.
 
+A warm compile also skips preparing the model (``FoldConstant`` over all weights: ~4 s of
+BERT-base's compile, more than building it): next to each library the cache keeps the tasks the
+model was prepared into (:meth:`LibraryCache.remember_tasks`), keyed by
+:func:`tunecache.frontend.model_hash` (the imported model, weights included, and the
+preparation settings), with the prepared module's hash. A compile of the same model whose tasks
+are all store hits then computes the library key from them and loads the library without
+preparing anything (``tunecache.api``).
+
 The cache is a directory of the user's own files (``$XDG_CACHE_HOME/tunecache/libs``), never a
 shared store: loading a library runs its code, so only libraries this user built are loaded.
 Writes are atomic (a temporary file renamed into place); the oldest entries beyond
@@ -32,10 +40,13 @@ import json
 import logging
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-__all__ = ["LibraryCache", "library_key"]
+from tunecache.store.keys import WorkloadDesc, WorkloadKey
+
+__all__ = ["KnownTask", "LibraryCache", "library_key"]
 
 log = logging.getLogger("tunecache")
 
@@ -61,19 +72,28 @@ def library_key(model_hash: str, target: str, hardware_id: str, programs: Iterab
     programs
         ``(workload hash, uid of the record its kernel is built from or None)`` for every task.
     """
+    return _digest({"model": model_hash, "target": target, "hardware": hardware_id,
+                    "programs": sorted([w, u or "-"] for w, u in programs)})
+
+
+def _digest(doc: dict[str, Any]) -> str:
+    """Digest of ``doc`` with the TVM and tunecache versions added."""
     import tvm
 
     import tunecache
 
-    doc = {
-        "model": model_hash,
-        "target": target,
-        "hardware": hardware_id,
-        "tvm": getattr(tvm, "__version__", "?"),
-        "tunecache": getattr(tunecache, "__version__", "?"),
-        "programs": sorted([w, u or "-"] for w, u in programs),
-    }
+    doc = {**doc, "tvm": getattr(tvm, "__version__", "?"), "tunecache": getattr(tunecache, "__version__", "?")}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class KnownTask:
+    """A task of a model prepared before: what a report and a library key need, no TVM object."""
+
+    name: str
+    weight: int
+    key: WorkloadKey
+    desc: WorkloadDesc
 
 
 class LibraryCache:
@@ -156,6 +176,39 @@ class LibraryCache:
         self._prune()
         return p
 
+    def _tasks_path(self, model: str, target: str) -> Path:
+        return self.directory / f"{_digest({'model': model, 'target': target})}.tasks.json"
+
+    def remember_tasks(self, model: str, target: str, prepared_hash: str, tasks: Sequence[Any]) -> None:
+        """Remember that ``model`` (:func:`tunecache.frontend.model_hash`) prepared for ``target``
+        gives the module hashed ``prepared_hash`` and these tasks (``TaskInfo`` or
+        :class:`KnownTask`). Written atomically; a failure is logged and ignored."""
+        doc = {"prepared": prepared_hash,
+               "tasks": [{"name": t.name, "weight": int(t.weight), "shash": t.key.shash, "mod_eq": t.key.mod_eq,
+                          "desc": t.desc.to_dict()} for t in tasks]}
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tasks-", suffix=".json", dir=self.directory)
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, self._tasks_path(model, target))
+        except OSError as err:
+            log.warning("tunecache: could not remember the tasks of a model in %s: %s", self.directory, err)
+
+    def known_tasks(self, model: str, target: str) -> tuple[str, list[KnownTask]] | None:
+        """Return ``(prepared module hash, tasks)`` remembered for ``model`` on ``target``, or ``None``."""
+        p = self._tasks_path(model, target)
+        try:
+            doc = json.loads(p.read_text())
+            tasks = [KnownTask(str(t["name"]), int(t["weight"]), WorkloadKey(str(t["shash"]), str(t["mod_eq"])),
+                               WorkloadDesc.from_dict(t["desc"])) for t in doc["tasks"]]
+            return str(doc["prepared"]), tasks
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged file: prepare again
+            log.warning("tunecache: ignoring %s (%s)", p, err)
+            return None
+
     def entries(self) -> list[Path]:
         """Return the cached libraries, most recently used first."""
         if not self.directory.is_dir():
@@ -166,6 +219,7 @@ class LibraryCache:
     def _prune(self) -> None:
         for old in self.entries()[self.max_entries:]:
             old.unlink(missing_ok=True)
-        skips = sorted(self.directory.glob("*.skip"), key=lambda f: f.stat().st_mtime, reverse=True)
-        for old in skips[4 * self.max_entries:]:
-            old.unlink(missing_ok=True)
+        for pattern in ("*.skip", "*.tasks.json"):
+            files = sorted(self.directory.glob(pattern), key=lambda f: f.stat().st_mtime, reverse=True)
+            for old in files[4 * self.max_entries:]:
+                old.unlink(missing_ok=True)
