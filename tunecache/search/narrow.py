@@ -368,9 +368,13 @@ _GET_BLOCK = ("GetSBlock", "GetBlock")
 
 
 def _structure(insts: Sequence[Any]) -> list[str]:
-    """A sketch's instructions without block names, one string each (for comparing sketches)."""
+    """A sketch's instructions without block names, one string each (for comparing sketches).
+
+    Queries whose result nothing uses (``GetConsumers`` with no outputs: a design-space sketch
+    has them, a tuned trace has them simplified away) are left out.
+    """
     return [json.dumps([kind, inputs, [] if kind in _GET_BLOCK else attrs, outputs])
-            for kind, inputs, attrs, outputs in insts]
+            for kind, inputs, attrs, outputs in insts if outputs or not kind.startswith("Get")]
 
 
 def _block_order(insts: Sequence[Any]) -> list[str]:
