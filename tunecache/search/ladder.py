@@ -48,6 +48,8 @@ class MissOutcome:
         For ``reused``: the workload whose program was the starting point.
     note
         Why a task fell back, or how it was searched.
+    latency_s
+        The best latency the search measured (before re-measurement), if any.
     """
 
     outcome: str
@@ -55,6 +57,7 @@ class MissOutcome:
     seconds: float
     source: str | None = None
     note: str = ""
+    latency_s: float | None = None
 
 
 def search_misses(
@@ -138,7 +141,7 @@ def search_misses(
     out: dict[WorkloadKey, MissOutcome] = {}
     for t, r in zip(tasks, results):
         if r.valid_trials > 0:
-            out[t.key] = MissOutcome("tuned", r.trials, r.seconds, note="full search")
+            out[t.key] = MissOutcome("tuned", r.trials, r.seconds, note="full search", latency_s=r.best_latency_s)
             store.mark_done(t.key, hardware)  # a warm treats this task as done
         else:
             why = "no candidate built and ran" if r.trials else "the budget ran out before this task was measured"
@@ -197,7 +200,7 @@ def _plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hard
     for node, o in steps.items():
         outcome = o.outcome if o.outcome in ("tuned", "reused", "fallback") else "tuned"
         note = o.note if node not in mp.bridges else f"bridge {list(mp.bridges[node].extents)}: {o.note}"
-        out[o.key if node in mp.tasks else node] = MissOutcome(outcome, o.trials, o.seconds, o.source, note)
+        out[o.key if node in mp.tasks else node] = MissOutcome(outcome, o.trials, o.seconds, o.source, note, o.latency_s)
     return out
 
 
