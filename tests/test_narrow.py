@@ -266,8 +266,11 @@ def test_decisions_move_onto_a_sketch_with_another_epilogue(sources: list[Any], 
     # Beta's decisions, in order: the tiles are beta's, rescaled by TVM where alpha is larger.
     assert [moved.decisions[i] for i in sorted(moved.decisions)] == [beta.decisions[i] for i in sorted(beta.decisions)]
 
-    sch = replay_on(sources[0], alpha, target)
+    sch = replay_on(sources[0], alpha, target)  # zero-trial reuse: the same move
     assert sch is not None
+    replayed = decode_trace(sch.trace.as_json())[0]
+    cut = next(i for i, inst in enumerate(replayed) if inst[0] == "EnterPostproc")
+    assert _structure(replayed[:cut]) in alpha_sketches
     applied = _tile_decisions(decode_trace(sch.trace.as_json()))
     assert sorted(math.prod(v) for v in applied.values()) == sorted(ALPHA)
     tvm = load_tvm("llvm")

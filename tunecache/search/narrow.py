@@ -631,7 +631,9 @@ def replay_on(trace: Any, mod: Any, target: Any, *, seed: int = 0) -> Any | None
         skeleton = _Skeleton(0, _trace_of(trace))
     except InvalidRecordError:
         return None
-    cand = _Materializer(mod, target, seed).materialize(skeleton, skeleton.decisions)
+    mat = _Materializer(mod, target, seed)
+    skeleton = mat.adapt(skeleton)
+    cand = mat.materialize(skeleton, skeleton.decisions)
     return None if cand is None else cand.sch
 
 
@@ -668,6 +670,7 @@ def propose_neighbours(trace: Any, mod: Any, target: Any, phase: str, *, seed: i
     except InvalidRecordError:
         return []
     mat = _Materializer(mod, target, seed)
+    skeleton = mat.adapt(skeleton)
     out = mat.replay(skeleton, skeleton.decisions)
     if out is None:
         return []
@@ -809,14 +812,16 @@ class _Search:
             )
         return valid
 
-    def remeasure(self, top_k: int, rounds: int) -> None:
-        """Measure the ``top_k`` fastest candidates ``rounds`` more times, interleaved, and
-        re-pick the best by the median of all its measurements (the minimum of many single
-        noisy measurements is biased towards lucky ones)."""
+    def remeasure(self, top_k: int, rounds: int, also: _Candidate | None = None) -> None:
+        """Measure the ``top_k`` fastest candidates (and ``also``) ``rounds`` more times,
+        interleaved, and re-pick the best by the median of all its measurements (the minimum of
+        many single noisy measurements is biased towards lucky ones)."""
         from tvm.s_tir.meta_schedule.builder import BuilderInput
         from tvm.s_tir.meta_schedule.runner import RunnerInput
 
         top = sorted(self.measured_valid, key=lambda c: c.latency_s or math.inf)[:top_k]
+        if also is not None and also.latency_s is not None and all(c is not also for c in top):
+            top.append(also)
         if rounds < 1 or len(top) < 2:
             return
         built = self.builder.build([BuilderInput(c.sch.mod, self.target) for c in top])
@@ -934,9 +939,10 @@ def narrowed_search(
     task_name
         Name used in progress events.
     remeasure_top, remeasure_rounds
-        At the end, the ``remeasure_top`` fastest candidates are measured ``remeasure_rounds``
-        more times, interleaved, and the best is re-picked by the median of each one's
-        measurements (these re-measurements are not trials). ``remeasure_rounds=0`` disables it.
+        At the end, the ``remeasure_top`` fastest candidates and the zero-trial replay are
+        measured ``remeasure_rounds`` more times, interleaved, and the best is re-picked by the
+        median of each one's measurements (these re-measurements are not trials).
+        ``remeasure_rounds=0`` disables it.
 
     Returns
     -------
@@ -1009,7 +1015,9 @@ def narrowed_search(
         stale = 0 if improved else stale + 1
         history.append(RoundSummary(len(history), phase, len(cands), len(picked), valid, after, improved))
 
-    search.remeasure(remeasure_top, remeasure_rounds)
+    # The zero-trial replay is re-measured with the top candidates: the search then keeps
+    # beta's program unless another beat it in repeated measurements, not in one lucky one.
+    search.remeasure(remeasure_top, remeasure_rounds, also=zero_cand)
     zero = None if zero_cand is None else zero_cand.latency_s
     best = search.best
     source_valid = [search.source_valid.get(i, 0) for i in range(len(sources))]
