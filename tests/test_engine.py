@@ -340,6 +340,40 @@ def test_a_task_with_its_own_cap_gets_no_more(target: Any, builder: Any, tmp_pat
 
 
 @pytest.mark.tvm
+def test_rounds_cut_to_a_time_budget_get_a_compact_search(
+    target: Any, builder: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Under a time budget, the engine's evolutionary searches are as small as its rounds; the
+    stock scheduler keeps the budget's sizing. (The constructor is wrapped, the search is real.)"""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tunecache.search.full import COMPACT_GENETIC_ITERS, COMPACT_POPULATION, fit_to_time_budget, search_sizing
+
+    real = ms.search_strategy.EvolutionarySearch
+    made: list[dict[str, Any]] = []
+
+    def spy(**kw: Any) -> Any:
+        made.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(ms.search_strategy, "EvolutionarySearch", spy)
+    fake = _fake_runner_class()
+    sizes = {}
+    for scheduler in ("tunecache", "gradient"):
+        made.clear()
+        results = tune_tasks([FullSearchTask("a", _matmul(32)), FullSearchTask("b", _matmul(16))], target,
+                             ms.database.MemoryDatabase(), trials_per_task=64, max_trials_global=4,
+                             time_budget_s=20.0, scheduler=scheduler, early_stopping=None, seed=2,
+                             work_dir=tmp_path / scheduler, builder=builder, runner=fake())  # fmt: skip
+        assert sum(r.trials for r in results) == 4
+        sizes[scheduler] = {(kw["population_size"], kw["genetic_num_iters"]) for kw in made}
+    budget = fit_to_time_budget(search_sizing(64), 2, 20.0)
+    assert budget.num_trials_per_iter < 8 and budget.population_size > COMPACT_POPULATION
+    assert sizes["tunecache"] == {(COMPACT_POPULATION, COMPACT_GENETIC_ITERS)}
+    assert sizes["gradient"] == {(budget.population_size, budget.genetic_num_iters)}
+
+
+@pytest.mark.tvm
 def test_time_budget_counts_before_every_round(
     target: Any, builder: Any, runner: Any, tmp_path: Path
 ) -> None:
