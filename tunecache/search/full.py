@@ -219,6 +219,18 @@ COMPACT_BELOW_TRIALS_PER_ITER = 8
 def compact_search(sizing: SearchSizing) -> SearchSizing:
     """The search of ``sizing`` made as cheap as its rounds are small.
 
+    Parameters
+    ----------
+    sizing
+        Settings whose round size may have been cut (:func:`fit_to_time_budget`).
+
+    Returns
+    -------
+    SearchSizing
+        ``sizing`` itself for rounds of :data:`COMPACT_BELOW_TRIALS_PER_ITER` candidates or more;
+        else the same round size with at most the compact population, unmeasured seeds and
+        genetic iterations.
+
     Examples
     --------
     >>> compact_search(fit_to_time_budget(search_sizing(64), 23, 180.0)).population_size
