@@ -620,19 +620,28 @@ def _trace_of(source: Any) -> Any:
     return source
 
 
+def _source_on(trace: Any, mod: Any, target: Any, seed: int) -> tuple[_Materializer, _Skeleton] | None:
+    """A source trace decoded and made ready to replay on ``mod`` (moved onto ``mod``'s own
+    sketch where only the epilogue differs: :meth:`_Materializer.adapt`), with the materializer
+    for ``mod``; ``None`` if the trace does not decode."""
+    try:
+        skeleton = _Skeleton(0, _trace_of(trace))
+    except InvalidRecordError:
+        return None
+    mat = _Materializer(_as_ir_module(mod), target, seed)
+    return mat, mat.adapt(skeleton)
+
+
 def replay_on(trace: Any, mod: Any, target: Any, *, seed: int = 0) -> Any | None:
     """Replay a (source) trace on ``mod`` with its own decisions, then postprocess.
 
     Returns the postprocessed ``Schedule``, or ``None`` if the trace does not replay or a
     postprocessor rejects it. This is the zero-trial reuse of a trace.
     """
-    mod = _as_ir_module(mod)
-    try:
-        skeleton = _Skeleton(0, _trace_of(trace))
-    except InvalidRecordError:
+    on = _source_on(trace, mod, target, seed)
+    if on is None:
         return None
-    mat = _Materializer(mod, target, seed)
-    skeleton = mat.adapt(skeleton)
+    mat, skeleton = on
     cand = mat.materialize(skeleton, skeleton.decisions)
     return None if cand is None else cand.sch
 
@@ -641,12 +650,11 @@ def sketch_on(trace: Any, mod: Any, target: Any) -> list[Any] | None:
     """Return a source trace's sketch for ``mod``: instructions before postprocessing, block
     names mapped to ``mod``'s, no decisions (replaying it samples fresh ones). ``None`` if the
     trace does not decode."""
-    try:
-        skeleton = _Skeleton(0, _trace_of(trace))
-    except InvalidRecordError:
+    on = _source_on(trace, mod, target, 0)
+    if on is None:
         return None
-    mat = _Materializer(_as_ir_module(mod), target, 0)
-    return [mat.insts_for_alpha(mat.adapt(skeleton)), []]
+    mat, skeleton = on
+    return [mat.insts_for_alpha(skeleton), []]
 
 
 def propose_neighbours(trace: Any, mod: Any, target: Any, phase: str, *, seed: int = 0) -> list[list[Any]]:
@@ -664,13 +672,10 @@ def propose_neighbours(trace: Any, mod: Any, target: Any, phase: str, *, seed: i
     """
     if phase not in PHASES:
         raise ConfigError(f"phase must be one of {PHASES}, got {phase!r}")
-    mod = _as_ir_module(mod)
-    try:
-        skeleton = _Skeleton(0, _trace_of(trace))
-    except InvalidRecordError:
+    on = _source_on(trace, mod, target, seed)
+    if on is None:
         return []
-    mat = _Materializer(mod, target, seed)
-    skeleton = mat.adapt(skeleton)
+    mat, skeleton = on
     out = mat.replay(skeleton, skeleton.decisions)
     if out is None:
         return []
