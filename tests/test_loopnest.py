@@ -133,11 +133,13 @@ def test_eto_conv_pair_bridge(tvm) -> None:
 
 
 @pytest.mark.tvm
-def test_padded_3x3_and_1x1_differ_in_sketch(tvm) -> None:
-    """ResNet's 3x3 convs are padded: pad_temp is compute-at'ed, not inlined (another sketch)."""
+def test_padded_3x3_and_1x1_differ_in_sketch_but_share_decisions(tvm) -> None:
+    """ResNet's 3x3 convs are padded: pad_temp is compute-at'ed, not inlined (another sketch, one
+    more sampled compute location). Tilings and unroll are the same decisions, so the decision
+    signature, which leaves compute locations to the narrowed search, pairs them."""
     from tunecache.reuse.bridge import check_bridge, materialize_bridge
     from tunecache.reuse.loopnest import analyze
-    from tunecache.reuse.sketch import sketch_signature
+    from tunecache.reuse.sketch import decision_signature, decision_texts, sketch_signature
 
     a_mod = _te_conv(tvm, (1, 64, 14, 14), 3, 64, pad=1)
     b_mod = _te_conv(tvm, (1, 64, 28, 28), 1, 64)
@@ -146,11 +148,17 @@ def test_padded_3x3_and_1x1_differ_in_sketch(tvm) -> None:
     sa, sb = sketch_signature(a_mod, TARGET), sketch_signature(b_mod, TARGET)
     assert sa != sb
     assert can_reuse(a, b, sa, sb).reason == "different sketch"
-    # A bridge built from the padded side mirrors its padding, hence its sketch set.
+    (extra,) = set("\n".join(decision_texts(a_mod, TARGET)).split("\n")) - set(
+        "\n".join(decision_texts(b_mod, TARGET)).split("\n"))
+    assert extra.startswith("SampleComputeLocation")
+    da, db = decision_signature(a_mod, TARGET), decision_signature(b_mod, TARGET)
+    assert da == db
+    assert can_reuse(a, b, da, db).reason == "no dominance"
+    # A bridge built from the padded side mirrors its padding; both sides can reuse it.
     g_mod = materialize_bridge(a, ETO_BRIDGE)
     assert analyze(g_mod).extents == ETO_BRIDGE
-    assert check_bridge(g_mod, a_mod, TARGET)
-    assert not check_bridge(g_mod, b_mod, TARGET)
+    assert sketch_signature(g_mod, TARGET) == sa
+    assert check_bridge(g_mod, [a_mod, b_mod], TARGET)
 
 
 @pytest.mark.tvm

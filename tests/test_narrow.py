@@ -286,6 +286,70 @@ def test_decisions_move_onto_a_sketch_with_another_epilogue(sources: list[Any], 
     assert got.failed_replay == 0 and got.valid_trials > 0
 
 
+def _conv_nhwc(size: int, c_in: int, c_out: int, kernel: int) -> Any:
+    """A stride-1 NHWC/HWIO convolution keeping ``size``; a kernel above 1 pads the input."""
+    tvm = load_tvm("llvm")
+    from tvm import te, topi
+
+    data = te.placeholder((1, size, size, c_in), name="data")
+    weight = te.placeholder((kernel, kernel, c_in, c_out), name="weight")
+    out = topi.nn.conv2d_nhwc(data, weight, 1, (kernel - 1) // 2, 1, "float32")
+    return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
+
+
+def _run_conv(mod: Any, target: Any, data: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    tvm = load_tvm("llvm")
+    out = tvm.runtime.tensor(np.zeros(data.shape[:3] + weight.shape[3:], "float32"))
+    tvm.tirx.build(mod, target)["main"](tvm.runtime.tensor(data), tvm.runtime.tensor(weight), out)
+    return out.numpy()
+
+
+def test_a_1x1_conv_program_is_reused_by_a_padded_3x3_conv(target: Any, builder: Any, runner: Any) -> None:
+    """A padded 3x3 conv samples one decision a 1x1 conv has not (where its ``pad_temp`` is
+    computed); the rest are the same decisions. The two share a decision signature, beta's
+    decisions move onto alpha's sketch with that site left open, round 0 measures the root and
+    two other locations for it (never TVM's random pick, which may inline the padding), and the
+    reverse move drops the site."""
+    from tunecache.reuse.planner import describe_tasks, plan_tasks
+    from tunecache.reuse.sketch import _design_space, decision_signature, decision_texts
+    from tunecache.search.narrow import OPEN_TRIES, _Materializer, _open_picks, _Skeleton
+    from tunecache.store import WorkloadKey
+
+    one, three = _conv_nhwc(14, 32, 32, 1), _conv_nhwc(14, 32, 32, 3)
+    assert set(decision_texts(one, target)) != set(decision_texts(three, target))
+    assert decision_signature(one, target) == decision_signature(three, target)
+    keys = [WorkloadKey(f"{i}" * 8, "0") for i in (1, 3)]
+    mp = plan_tasks(describe_tasks([(keys[0], "one", 1.0, one), (keys[1], "three", 1.0, three)], target))
+    assert len(mp.plan.full_searches) == 1  # the other one is reused from it
+
+    beta = decode_trace(_design_space(one, target)[0].trace.as_json())  # a sampled 1x1 program
+    mat = _Materializer(three, target, 0)
+    moved = mat.adapt(_Skeleton(0, beta))
+    (site,) = moved.open_sites
+    assert moved.insts[site][0] == "SampleComputeLocation"
+    assert [moved.decisions[i] for i in sorted(moved.decisions)] == [v for _, v in beta[1]]
+    picks = _open_picks(mat, moved, dict(moved.decisions), OPEN_TRIES)
+    locations = [p[site] for p in picks]
+    assert locations[0] == -1 and len(set(locations)) == OPEN_TRIES and -2 not in locations
+
+    sch = replay_on(beta, three, target)  # zero-trial reuse puts the padding at the root
+    assert sch is not None
+    applied = dict(decode_trace(sch.trace.as_json())[1])
+    assert [v for i, v in sorted(applied.items()) if i in moved.open_sites] == [-1]
+    rng = np.random.default_rng(0)
+    data, weight = rng.random((1, 14, 14, 32), "float32"), rng.random((3, 3, 32, 32), "float32") - 0.5
+    np.testing.assert_allclose(_run_conv(sch.mod, target, data, weight), _run_conv(three, target, data, weight),
+                               rtol=1e-4, atol=1e-4)
+
+    res = narrowed_search([beta], three, target, builder=builder, runner=runner, max_trials=OPEN_TRIES,
+                          round_size=4, seed=1)
+    assert res.failed_replay == 0 and res.history[0].measured == OPEN_TRIES and res.valid_trials > 0
+
+    back = _Materializer(one, target, 0).adapt(_Skeleton(0, decode_trace(sch.trace.as_json())))
+    assert not back.open_sites
+    assert _Materializer(one, target, 0).materialize(back, back.decisions) is not None
+
+
 def test_block_name_mapping_rules() -> None:
     from tunecache.search.narrow import _map_blocks
 

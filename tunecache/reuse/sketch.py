@@ -21,8 +21,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Mapping
 
-__all__ = ["SAMPLE_KINDS", "as_target", "decision_digest", "decision_signature", "decision_text", "decision_texts",
-           "sketch_set", "sketch_signature", "sketch_texts"]
+__all__ = ["OPEN_KINDS", "SAMPLE_KINDS", "as_target", "decision_digest", "decision_signature", "decision_text",
+           "decision_texts", "reuse_text", "site_lines", "sketch_set", "sketch_signature", "sketch_texts"]
 
 #: Attributes of these instruction kinds name things (blocks, functions), not structure.
 _DROP_ATTRS = {"GetSBlock": (0, 1), "GetBlock": (0, 1)}
@@ -195,16 +195,28 @@ def sketch_signature(mod: Any, target: Any) -> str:
 #: Instruction kinds that sample a decision.
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation", "SamplePartitionedTile")
 
+#: Sampled decisions a reused program may lack or carry in excess: where a producer block is
+#: computed. A padded 3x3 convolution samples where its ``pad_temp`` goes, a 1x1 convolution has
+#: no ``pad_temp``; their tilings and unroll choices are the same decisions. The narrowed search
+#: chooses such a location itself when the source had none for it (``tunecache.search.narrow``).
+OPEN_KINDS = ("SampleComputeLocation",)
+
+
+def site_lines(insts: Any) -> list[str]:
+    """One line per sampling instruction of ``insts`` (trace JSON), in order: its kind and
+    structural attributes (tile levels and ``max_innermost_factor``, categorical candidates)."""
+    return [f"{kind}{attrs!r}" for kind, _inputs, attrs, _outputs in insts if kind in SAMPLE_KINDS]
+
 
 def decision_text(insts: Any) -> str:
     """Return the decisions a sketch samples, one line each, in order.
 
-    A line is a sampling instruction's kind and structural attributes (tile levels and
-    ``max_innermost_factor``, categorical candidates), plus the tiling structure each
-    ``meta_schedule.tiling_structure`` annotation names. Inputs, block names and every other
-    instruction are left out: they are what differs between a conv with a fused residual
-    ``add``/``relu`` and one without (more blocks to inline), while the decisions mean the same
-    thing in both. ``insts`` are trace JSON instructions (``[kind, inputs, attrs, outputs]``).
+    A line is a sampling instruction's kind and structural attributes (:func:`site_lines`), plus
+    the tiling structure each ``meta_schedule.tiling_structure`` annotation names. Inputs, block
+    names and every other instruction are left out: they are what differs between a conv with a
+    fused residual ``add``/``relu`` and one without (more blocks to inline), while the decisions
+    mean the same thing in both. ``insts`` are trace JSON instructions
+    (``[kind, inputs, attrs, outputs]``).
     """
     lines = []
     for kind, _inputs, attrs, _outputs in insts:
@@ -213,6 +225,12 @@ def decision_text(insts: Any) -> str:
         elif kind == "Annotate" and attrs == ["meta_schedule.tiling_structure"]:
             lines.append(f"tiling {_inputs[1]!s}")
     return "\n".join(lines)
+
+
+def reuse_text(text: str) -> str:
+    """:func:`decision_text` without the :data:`OPEN_KINDS` lines: what two sketches must share
+    for one to carry the other's decisions."""
+    return "\n".join(line for line in text.split("\n") if not line.startswith(OPEN_KINDS))
 
 
 def decision_texts(mod: Any, target: Any) -> tuple[str, ...]:
@@ -224,15 +242,17 @@ def decision_texts(mod: Any, target: Any) -> tuple[str, ...]:
 
 
 def decision_signature(mod: Any, target: Any) -> str:
-    """Return a short digest of the decisions ``mod``'s sketches sample (:func:`decision_text`).
+    """Return a short digest of the decisions ``mod``'s sketches sample (:func:`reuse_text`).
 
     This is the sketch condition tunecache's planner uses: ETO's "same sketch set" (see
-    :func:`sketch_signature`) with everything but the sampled decisions ignored. Two tasks with
-    equal decision signatures can carry each other's decisions, one to one, in order, even where
-    their sketches differ in instructions that sample nothing: a 1x1 convolution with and without
-    a fused residual ``add`` and ``relu`` have different sketch sets but the same decision
-    signature. The narrowed search moves a source's decisions onto the target's own sketch
-    (``tunecache.search.narrow``).
+    :func:`sketch_signature`) with everything but the sampled decisions ignored, and compute
+    locations (:data:`OPEN_KINDS`) left out too. Two tasks with equal decision signatures can
+    carry each other's tilings and unroll choices, one to one, in order, even where their
+    sketches differ in instructions that sample nothing (a 1x1 convolution with and without a
+    fused residual ``add`` and ``relu``) or in where a producer is computed (a padded 3x3
+    convolution's ``pad_temp``, which a 1x1 convolution lacks). The narrowed search moves a
+    source's decisions onto the target's own sketch and chooses the locations the source did
+    not have (``tunecache.search.narrow``).
 
     Parameters
     ----------
@@ -251,4 +271,4 @@ def decision_signature(mod: Any, target: Any) -> str:
 
 def decision_digest(texts: Any) -> str:
     """The :func:`decision_signature` of already computed :func:`decision_texts`."""
-    return _digest("\n\n".join(sorted(set(texts))))
+    return _digest("\n\n".join(sorted({reuse_text(t) for t in texts})))
