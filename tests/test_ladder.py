@@ -39,6 +39,20 @@ def test_a_similar_shape_is_reused_in_fewer_trials(tuned_source) -> None:
     np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
 
 
+def test_a_time_budget_left_after_the_plan_goes_to_its_tasks(tuned_source) -> None:
+    """With time to spare once the plan's narrowed search is done, the reused task is searched
+    further, up to the per-task trial budget, and stays reported as reused from its source
+    (without a time budget the same compile stops after the narrowed search's few trials)."""
+    db, _first, src = tuned_source
+    cm = tunecache.compile(relax_matmul_relu(128, 128, 64), store=db, trials_per_task=TRIALS, seed=1, progress=False,
+                           escalate_below=0.0, time_budget_s=300.0)
+    (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
+    assert t.outcome == "reused" and t.source == src.workload
+    assert t.trials == TRIALS and "time budget left" in t.note
+    kinds = {r.provenance.kind for r in Store(db).records(family="matmul") if r.workload.shash == t.workload.split(":", 1)[1]}
+    assert kinds == {"reused", "tuned"}
+
+
 def test_a_reused_program_far_below_its_source_escalates(tuned_source) -> None:
     db, _first, src = tuned_source
     store = Store(db)

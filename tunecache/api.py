@@ -114,7 +114,9 @@ def compile(  # noqa: A001 - the product's verb
     trials_per_task
         Trial budget per missed task.
     time_budget_s
-        Wall-clock budget for all tuning of this call.
+        Wall-clock budget for all tuning of this call. Time the plan leaves (its narrowed
+        searches stop when they stop improving) goes to more full search of the tasks it tuned
+        or reused, up to ``trials_per_task`` trials a task.
     seed
         Search seed.
     work_dir
