@@ -369,7 +369,7 @@ class _Skeleton:
     @property
     def open_sites(self) -> list[int]:
         """Compute-location sites with no decision from the source (a ``pad_temp`` the source's
-        sketch did not have): replaying them samples one, :func:`_open_variants` tries others."""
+        sketch did not have): :func:`_open_picks` chooses their locations."""
         return [i for i, site in sorted(self.sites.items()) if site.kind == "compute_location" and i not in self.decisions]
 
 
@@ -1054,6 +1054,8 @@ def narrowed_search(
     first: list[_Candidate] = []
     limit = min(round_size, max_trials)
     for sk in skeletons:
+        if len(first) >= limit:
+            break
         # Sites beta had no decision for get a few compute locations (the best source's replay)
         # or the first of them (the other sources).
         picks = _open_picks(mat, sk, dict(sk.decisions), OPEN_TRIES if not first else 1)
