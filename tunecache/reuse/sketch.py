@@ -202,10 +202,14 @@ SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation
 OPEN_KINDS = ("SampleComputeLocation",)
 
 
+def _site_line(kind: str, attrs: Any) -> str:
+    return f"{kind}{attrs!r}"
+
+
 def site_lines(insts: Any) -> list[str]:
     """One line per sampling instruction of ``insts`` (trace JSON), in order: its kind and
     structural attributes (tile levels and ``max_innermost_factor``, categorical candidates)."""
-    return [f"{kind}{attrs!r}" for kind, _inputs, attrs, _outputs in insts if kind in SAMPLE_KINDS]
+    return [_site_line(kind, attrs) for kind, _inputs, attrs, _outputs in insts if kind in SAMPLE_KINDS]
 
 
 def decision_text(insts: Any) -> str:
@@ -221,7 +225,7 @@ def decision_text(insts: Any) -> str:
     lines = []
     for kind, _inputs, attrs, _outputs in insts:
         if kind in SAMPLE_KINDS:
-            lines.append(f"{kind}{attrs!r}")
+            lines.append(_site_line(kind, attrs))
         elif kind == "Annotate" and attrs == ["meta_schedule.tiling_structure"]:
             lines.append(f"tiling {_inputs[1]!s}")
     return "\n".join(lines)
