@@ -633,12 +633,12 @@ def _open_picks(mat: _Materializer, skeleton: _Skeleton, applied: dict[int, Any]
     """Up to ``count`` decision sets for ``skeleton``'s open sites, in the order to try them.
 
     The source had no decision for these sites (a padded conv's ``pad_temp`` when the source was
-    a 1x1 conv). Left to TVM, replay samples one at random, and inlining the padding was
-    2.5-2.9x slower than the best location on two of three resnet50 3x3 convs reusing a 1x1
-    conv's program, while the other locations were within 10-30% of each other (docs/reuse.md).
+    a 1x1 conv). Left to TVM, replay samples one at random: it inlined the padding, 1.3-2.9x
+    slower than the best location on three resnet50 3x3 convs reusing a 1x1 conv's program (two
+    source programs; ``tools/bench_locations.py``), while no single other location was best.
     So: the block's root (one padded copy of the input), the deepest loop (pad per innermost
     tile), then the middle of the loop locations; inlining only when nothing else is accepted.
-    The best of those three was within 1.3% of the best location on all three convs.
+    The best of those three was within 1.6% of the best location in all six measurements.
     """
     orders = {}
     for idx in skeleton.open_sites:
