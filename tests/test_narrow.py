@@ -331,6 +331,9 @@ def test_a_1x1_conv_program_is_reused_by_a_padded_3x3_conv(target: Any, builder:
     picks = _open_picks(mat, moved, dict(moved.decisions), OPEN_TRIES)
     locations = [p[site] for p in picks]
     assert locations[0] == -1 and len(set(locations)) == OPEN_TRIES and -2 not in locations
+    elsewhere = _Materializer(_matmul(*ALPHA), target, 0)  # where the moved sketch cannot replay
+    assert _open_picks(elsewhere, moved, dict(moved.decisions), OPEN_TRIES) == [dict(moved.decisions)]
+    assert elsewhere.failed_replay == 0  # probing locations is not a failed replay
 
     sch = replay_on(beta, three, target)  # zero-trial reuse puts the padding at the root
     assert sch is not None

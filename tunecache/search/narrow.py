@@ -544,8 +544,12 @@ class _Materializer:
         self._renamed[skeleton.digest] = insts
         return insts
 
-    def replay(self, skeleton: _Skeleton, decisions: dict[int, Any]) -> tuple[Any, dict[int, Any]] | None:
-        """Replay without postprocessing; return ``(schedule, applied decisions)`` or ``None``."""
+    def replay(self, skeleton: _Skeleton, decisions: dict[int, Any], *,
+               probe: bool = False) -> tuple[Any, dict[int, Any]] | None:
+        """Replay without postprocessing; return ``(schedule, applied decisions)`` or ``None``.
+
+        A failure is counted in :attr:`failed_replay` unless ``probe`` (a replay that only asks
+        TVM what it would apply, e.g. :func:`_open_locations`)."""
         from tvm.s_tir.schedule import Schedule, Trace
 
         try:
@@ -554,10 +558,10 @@ class _Materializer:
             Trace.apply_json_to_schedule(trace, sch)
             insts, applied = decode_trace(sch.trace.as_json())
         except Exception:  # noqa: BLE001 - a trace that does not fit alpha is data
-            self.failed_replay += 1
-            return None
-        if len(insts) != len(skeleton.insts):
-            self.failed_replay += 1
+            insts = None
+        if insts is None or len(insts) != len(skeleton.insts):
+            if not probe:
+                self.failed_replay += 1
             return None
         return sch, {int(i): v for i, v in applied}
 
@@ -622,7 +626,7 @@ def _open_locations(mat: _Materializer, skeleton: _Skeleton, applied: dict[int, 
     """
     found: list[int] = []
     for value in range(-2, len(skeleton.insts)):
-        got = mat.replay(skeleton, {**applied, idx: value})
+        got = mat.replay(skeleton, {**applied, idx: value}, probe=True)
         location = None if got is None else got[1].get(idx)
         if location is not None and location not in found:
             found.append(int(location))
