@@ -646,6 +646,11 @@ def _open_picks(mat: _Materializer, skeleton: _Skeleton, applied: dict[int, Any]
     """
     orders = {}
     for idx in skeleton.open_sites:
+        if count == 1:  # the root comes first wherever it is accepted: no need to probe the rest
+            got = mat.replay(skeleton, {**applied, idx: -1}, probe=True)
+            if got is not None and got[1].get(idx) == -1:
+                orders[idx] = [-1]
+                continue
         locations = _open_locations(mat, skeleton, applied, idx)
         loops = sorted(x for x in locations if x >= 0)
         order = ([-1] if -1 in locations else []) + ([loops[-1], loops[len(loops) // 2]] if loops else [])
