@@ -429,3 +429,52 @@ def test_stock_scheduler_stops_cleanly_when_the_budget_runs_out_in_a_join(
     assert all(r.stop_reason == STOP_TIME for r in results), [(r.trials, r.rounds, r.stop_reason) for r in results]
     assert max(r.rounds for r in results) >= 2  # past the round robin: a join at a pick
     assert sum(r.trials for r in results) == len(db.get_all_tuning_records()) > 0
+
+
+@pytest.mark.tvm
+def test_tuning_tolerates_and_keeps_the_callers_log_handlers(
+    target: Any, builder: Any, runner: Any, tmp_path: Path
+) -> None:
+    """An unnamed handler on MetaSchedule's logger (pytest 9.2's capture handler, a user's
+    routing of TVM's logs) crashed MetaSchedule's own logger set-up; it also closed every
+    handler of the process. Tuning leaves such handlers attached, open and fed."""
+    import logging
+
+    from tunecache.store import Store
+    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.mslog import MS_LOGGER
+    from tunecache.tvm_layer.target import hardware_key
+
+    class Recorder(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.records: list[logging.LogRecord] = []
+            self.closed = False
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.records.append(record)
+
+        def close(self) -> None:
+            self.closed = True
+            super().close()
+
+    ms_logger = logging.getLogger(MS_LOGGER)
+    unnamed, elsewhere = Recorder(), Recorder()
+    assert unnamed.get_name() is None
+    before = list(ms_logger.handlers)
+    ms_logger.addHandler(unnamed)
+    logging.getLogger().addHandler(elsewhere)
+    try:
+        store = Store("memory")
+        hw = hardware_key(target)
+        results = tune_tasks([FullSearchTask("mm", _matmul(32))], target, make_database(store, hw, target),
+                             trials_per_task=2, seed=1, work_dir=tmp_path, builder=builder, runner=runner)
+        assert results[0].valid_trials >= 1
+        assert ms_logger.handlers == [*before, unnamed]  # ours removed, the caller's kept
+        assert not unnamed.closed and not elsewhere.closed
+        assert unnamed.records, "MetaSchedule's log lines still reach a handler the caller attached"
+        logs = list((tmp_path / "logs").glob("*.log"))
+        assert any("task_scheduler" in p.name for p in logs) and any("task_0_mm" in p.name for p in logs)
+    finally:
+        ms_logger.removeHandler(unnamed)
+        logging.getLogger().removeHandler(elsewhere)

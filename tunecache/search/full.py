@@ -48,9 +48,7 @@ on a 2-core machine (see ``shared/TVM_NOTES.md``).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
 import os
 import statistics
 import time
@@ -62,6 +60,7 @@ from typing import Any
 from tunecache.errors import ConfigError, TuningError
 from tunecache.search.measure import make_builder, make_runner
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.mslog import ms_loggers
 
 __all__ = [
     "EarlyStopping",
@@ -76,7 +75,6 @@ __all__ = [
     "tune_tasks",
 ]
 
-_MS_LOGGER = "tvm.s_tir.meta_schedule"
 #: Run seconds MetaSchedule's ``AddToDatabase`` stores for a candidate that failed.
 FAILED_RUN_SECS = 1e10
 #: Task schedulers :func:`tune_tasks` can run.
@@ -729,15 +727,6 @@ def _capped_strategy(inner: Any, max_trials: int) -> Any:
     return _Capped(inner, max_trials)
 
 
-def _quiet_console(logger_name: str) -> None:
-    """Raise MetaSchedule's console handler to WARNING; its file handlers keep everything."""
-    import logging
-
-    for handler in logging.getLogger(logger_name).handlers:
-        if type(handler) is logging.StreamHandler:  # FileHandler subclasses StreamHandler
-            handler.setLevel(logging.WARNING)
-
-
 def _stop_idle_tasks(task_scheduler: Any, current: int, tallies: list[_TaskTally]) -> None:
     """Terminate the task being joined and every live task with no round in flight.
 
@@ -1014,196 +1003,192 @@ def tune_tasks(
 
     load_tvm(str(target.kind.name))
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
     from tvm.s_tir.meta_schedule.utils import cpu_count, fork_seed
 
     work = os.fspath(work_dir)
     os.makedirs(work, exist_ok=True)
     threads = num_threads if num_threads is not None else max(1, cpu_count(logical=False))
     names = [t.name for t in tasks]
-    # MetaSchedule's console handler binds sys.stdout when it is created and at once logs the
-    # logging directory: bind it to stderr so stdout stays the caller's (e.g. `--json` reports).
-    with contextlib.redirect_stdout(sys.stderr):
-        loggers = get_loggers_from_work_dir(work, names)
-    if not console_log:
-        _quiet_console(_MS_LOGGER)
-    contexts = []
-    for task, logger, rand_state in zip(
-        tasks,
-        loggers,
-        fork_seed(seed, n=len(tasks)),
-        strict=True,
-    ):
-        strategy = ms.search_strategy.EvolutionarySearch(
-            population_size=sizing.population_size,
-            init_measured_ratio=sizing.init_measured_ratio,
-            init_min_unmeasured=sizing.init_min_unmeasured,
-            max_fail_count=sizing.max_fail_count,
-            genetic_num_iters=sizing.genetic_num_iters,
-            genetic_mutate_prob=sizing.genetic_mutate_prob,
-            genetic_max_fail_count=sizing.genetic_max_fail_count,
-            eps_greedy=sizing.eps_greedy,
-        )
-        contexts.append(
-            ms.TuneContext(
-                mod=task.mod,
-                target=target,
-                space_generator="post-order-apply",
-                search_strategy=strategy if task.max_trials is None else _capped_strategy(strategy, task.max_trials),
-                task_name=task.name,
-                rand_state=rand_state,
-                num_threads=threads,
-                logger=logger,
-            ).clone()
-        )
-
-    tallies = [_TaskTally() for _ in tasks]
-    (
-        timed_builder_cls,
-        timed_runner_cls,
-        callbacks_start_cls,
-        tracker_cls,
-        engine_scheduler_cls,
-    ) = _tracking_classes()
-    own_builder = builder is None
-    inner_builder = (
-        make_builder(artifact_dir=os.path.join(work, "artifacts")) if own_builder else builder
-    )
-    own_runner = runner is None
-    inner_runner = make_runner() if own_runner else runner
-    fixed: dict[int, list[Any]] = {}
-
-    def out_of_time() -> bool:
-        return deadline is not None and time.perf_counter() >= deadline
-
-    try:
-        if trivial_once and not out_of_time():
-            for i, ctx in enumerate(contexts):
-                programs = fixed_programs(ctx)
-                if programs is not None:
-                    fixed[i] = programs
-        if fixed and not out_of_time():
-            _measure_fixed(
-                fixed, contexts, tallies, target, database, inner_builder, inner_runner
+    # Not MetaSchedule's get_loggers_from_work_dir: its dictConfig closes every handler of the
+    # process and crashes on a handler without a name (tunecache.tvm_layer.mslog).
+    with ms_loggers(work, names, console=console_log) as loggers:
+        contexts = []
+        for task, logger, rand_state in zip(
+            tasks,
+            loggers,
+            fork_seed(seed, n=len(tasks)),
+            strict=True,
+        ):
+            strategy = ms.search_strategy.EvolutionarySearch(
+                population_size=sizing.population_size,
+                init_measured_ratio=sizing.init_measured_ratio,
+                init_min_unmeasured=sizing.init_min_unmeasured,
+                max_fail_count=sizing.max_fail_count,
+                genetic_num_iters=sizing.genetic_num_iters,
+                genetic_mutate_prob=sizing.genetic_mutate_prob,
+                genetic_max_fail_count=sizing.genetic_max_fail_count,
+                eps_greedy=sizing.eps_greedy,
             )
-            if progress is not None:
-                for i in fixed:
-                    progress(
-                        SearchProgress(
-                            task_name=names[i],
-                            task_trials=tallies[i].trials,
-                            total_trials=sum(t.trials for t in tallies),
-                            max_trials=n_global,
-                            elapsed_s=time.perf_counter() - timeline.start,
-                            best_latency_s=tallies[i].best,
+            contexts.append(
+                ms.TuneContext(
+                    mod=task.mod,
+                    target=target,
+                    space_generator="post-order-apply",
+                    search_strategy=strategy if task.max_trials is None else _capped_strategy(strategy, task.max_trials),
+                    task_name=task.name,
+                    rand_state=rand_state,
+                    num_threads=threads,
+                    logger=logger,
+                ).clone()
+            )
+
+        tallies = [_TaskTally() for _ in tasks]
+        (
+            timed_builder_cls,
+            timed_runner_cls,
+            callbacks_start_cls,
+            tracker_cls,
+            engine_scheduler_cls,
+        ) = _tracking_classes()
+        own_builder = builder is None
+        inner_builder = (
+            make_builder(artifact_dir=os.path.join(work, "artifacts")) if own_builder else builder
+        )
+        own_runner = runner is None
+        inner_runner = make_runner() if own_runner else runner
+        fixed: dict[int, list[Any]] = {}
+
+        def out_of_time() -> bool:
+            return deadline is not None and time.perf_counter() >= deadline
+
+        try:
+            if trivial_once and not out_of_time():
+                for i, ctx in enumerate(contexts):
+                    programs = fixed_programs(ctx)
+                    if programs is not None:
+                        fixed[i] = programs
+            if fixed and not out_of_time():
+                _measure_fixed(
+                    fixed, contexts, tallies, target, database, inner_builder, inner_runner
+                )
+                if progress is not None:
+                    for i in fixed:
+                        progress(
+                            SearchProgress(
+                                task_name=names[i],
+                                task_trials=tallies[i].trials,
+                                total_trials=sum(t.trials for t in tallies),
+                                max_trials=n_global,
+                                elapsed_s=time.perf_counter() - timeline.start,
+                                best_latency_s=tallies[i].best,
+                            )
+                        )
+            searched = [i for i in range(len(tasks)) if i not in fixed]
+            spent = sum(t.trials for t in tallies)
+            if out_of_time():
+                for tally in tallies:
+                    tally.stop = tally.stop or STOP_TIME
+                searched = []
+            if searched and spent < n_global:
+                task_cap = min(per_task_cap, n_global - spent)
+                sub_caps = [min(caps[i], task_cap) for i in searched]
+                sub_tallies = [tallies[i] for i in searched]
+                weights = [float(tasks[i].weight) for i in searched]
+                tracker = tracker_cls(
+                    [names[i] for i in searched],
+                    sub_tallies,
+                    timeline,
+                    n_global,
+                    time_budget_s,
+                    progress,
+                    scheduler == "gradient",
+                )
+                if scheduler == "gradient":
+                    scheduler_seed = -1 if seed is None else int(seed) % (2**31 - 1) + 1
+                    task_scheduler = ms.task_scheduler.GradientBased(seed=scheduler_seed)
+                else:
+                    window = max(2 * sizing.num_trials_per_iter, MIN_WINDOW_TRIALS)
+                    if early_stopping is not None and early_stopping.window_trials is not None:
+                        window = early_stopping.window_trials
+                    task_scheduler = engine_scheduler_cls(
+                        _Allocator(
+                            sub_tallies,
+                            weights,
+                            max_trials_per_task=sub_caps,
+                            max_trials_global=n_global - spent,
+                            deadline=deadline,
+                            early_stopping=early_stopping,
+                            window_trials=window,
+                            grad_window=3 * sizing.num_trials_per_iter,
                         )
                     )
-        searched = [i for i in range(len(tasks)) if i not in fixed]
-        spent = sum(t.trials for t in tallies)
-        if out_of_time():
-            for tally in tallies:
-                tally.stop = tally.stop or STOP_TIME
-            searched = []
-        if searched and spent < n_global:
-            task_cap = min(per_task_cap, n_global - spent)
-            sub_caps = [min(caps[i], task_cap) for i in searched]
-            sub_tallies = [tallies[i] for i in searched]
-            weights = [float(tasks[i].weight) for i in searched]
-            tracker = tracker_cls(
-                [names[i] for i in searched],
-                sub_tallies,
-                timeline,
-                n_global,
-                time_budget_s,
-                progress,
-                scheduler == "gradient",
-            )
-            if scheduler == "gradient":
-                scheduler_seed = -1 if seed is None else int(seed) % (2**31 - 1) + 1
-                task_scheduler = ms.task_scheduler.GradientBased(seed=scheduler_seed)
-            else:
-                window = max(2 * sizing.num_trials_per_iter, MIN_WINDOW_TRIALS)
-                if early_stopping is not None and early_stopping.window_trials is not None:
-                    window = early_stopping.window_trials
-                task_scheduler = engine_scheduler_cls(
-                    _Allocator(
-                        sub_tallies,
-                        weights,
-                        max_trials_per_task=sub_caps,
+                callbacks = [
+                    callbacks_start_cls(timeline),
+                    *ms.measure_callback.MeasureCallback.create("default"),
+                    tracker,
+                ]
+                timeline.restart()
+                try:
+                    ms.tune.tune_tasks(
+                        tasks=[contexts[i] for i in searched],
+                        task_weights=weights,
+                        work_dir=work,
                         max_trials_global=n_global - spent,
-                        deadline=deadline,
-                        early_stopping=early_stopping,
-                        window_trials=window,
-                        grad_window=3 * sizing.num_trials_per_iter,
+                        max_trials_per_task=task_cap,
+                        num_trials_per_iter=sizing.num_trials_per_iter,
+                        builder=timed_builder_cls(inner_builder, timeline),
+                        runner=timed_runner_cls(inner_runner, timeline),
+                        database=database,
+                        cost_model=cost_model
+                        if cost_model is not None
+                        else ms.cost_model.CostModel.create("xgb", num_tuning_cores=threads),
+                        measure_callbacks=callbacks,
+                        task_scheduler=task_scheduler,
                     )
-                )
-            callbacks = [
-                callbacks_start_cls(timeline),
-                *ms.measure_callback.MeasureCallback.create("default"),
-                tracker,
-            ]
-            timeline.restart()
-            try:
-                ms.tune.tune_tasks(
-                    tasks=[contexts[i] for i in searched],
-                    task_weights=weights,
-                    work_dir=work,
-                    max_trials_global=n_global - spent,
-                    max_trials_per_task=task_cap,
-                    num_trials_per_iter=sizing.num_trials_per_iter,
-                    builder=timed_builder_cls(inner_builder, timeline),
-                    runner=timed_runner_cls(inner_runner, timeline),
-                    database=database,
-                    cost_model=cost_model
-                    if cost_model is not None
-                    else ms.cost_model.CostModel.create("xgb", num_tuning_cores=threads),
-                    measure_callbacks=callbacks,
-                    task_scheduler=task_scheduler,
-                )
-            except Exception as err:
-                # TVM 0.27: GradientBased joins the task it picked inside NextTaskId, then asserts
-                # it is alive. When that join's measure callback spends the time budget, the
-                # tracker terminates the task and TVM's check fails. Every joined round is
-                # committed by then: after a budget stop that assertion just ends the search.
-                if not (tracker.budget_hit and "is_terminated" in str(err)):
-                    raise
-                for tally in sub_tallies:  # a round still in flight is dropped, as at any budget stop
-                    tally.stop = tally.stop or STOP_TIME
-    except ConfigError:
-        raise
-    except Exception as err:  # TVM raises its own error types; convert at the boundary
-        raise TuningError(
-            f"MetaSchedule tuning failed for tasks {names} on target {target}: {err}. "
-            f"The logs under {os.path.join(work, 'logs')} show the last round."
-        ) from err
-    finally:
-        if own_builder:
-            inner_builder.close()
-        if own_runner:
-            inner_runner.pool.shutdown(wait=True)  # LocalRunner keeps one worker process
-    total = sum(t.trials for t in tallies)
-    for tally, cap in zip(tallies, caps, strict=True):
-        if tally.stop is None:
-            if tally.trials >= cap:
-                tally.stop = STOP_TASK_CAP
-            elif total >= n_global:
-                tally.stop = STOP_GLOBAL_CAP
-            elif tally.last_round_empty:
-                tally.stop = STOP_EXHAUSTED
-            else:
-                tally.stop = STOP_ENDED
-    return [
-        TaskResult(
-            name=name,
-            trials=tally.trials,
-            valid_trials=tally.valid,
-            seconds=tally.seconds,
-            best_latency_s=tally.best,
-            trivial=i in fixed,
-            rounds=tally.rounds,
-            empty_rounds=tally.empty_rounds,
-            idle_seconds=tally.idle_seconds,
-            stop_reason=tally.stop,
-        )
-        for i, (name, tally) in enumerate(zip(names, tallies, strict=True))
-    ]
+                except Exception as err:
+                    # TVM 0.27: GradientBased joins the task it picked inside NextTaskId, then asserts
+                    # it is alive. When that join's measure callback spends the time budget, the
+                    # tracker terminates the task and TVM's check fails. Every joined round is
+                    # committed by then: after a budget stop that assertion just ends the search.
+                    if not (tracker.budget_hit and "is_terminated" in str(err)):
+                        raise
+                    for tally in sub_tallies:  # a round still in flight is dropped, as at any budget stop
+                        tally.stop = tally.stop or STOP_TIME
+        except ConfigError:
+            raise
+        except Exception as err:  # TVM raises its own error types; convert at the boundary
+            raise TuningError(
+                f"MetaSchedule tuning failed for tasks {names} on target {target}: {err}. "
+                f"The logs under {os.path.join(work, 'logs')} show the last round."
+            ) from err
+        finally:
+            if own_builder:
+                inner_builder.close()
+            if own_runner:
+                inner_runner.pool.shutdown(wait=True)  # LocalRunner keeps one worker process
+        total = sum(t.trials for t in tallies)
+        for tally, cap in zip(tallies, caps, strict=True):
+            if tally.stop is None:
+                if tally.trials >= cap:
+                    tally.stop = STOP_TASK_CAP
+                elif total >= n_global:
+                    tally.stop = STOP_GLOBAL_CAP
+                elif tally.last_round_empty:
+                    tally.stop = STOP_EXHAUSTED
+                else:
+                    tally.stop = STOP_ENDED
+        return [
+            TaskResult(
+                name=name,
+                trials=tally.trials,
+                valid_trials=tally.valid,
+                seconds=tally.seconds,
+                best_latency_s=tally.best,
+                trivial=i in fixed,
+                rounds=tally.rounds,
+                empty_rounds=tally.empty_rounds,
+                idle_seconds=tally.idle_seconds,
+                stop_reason=tally.stop,
+            )
+            for i, (name, tally) in enumerate(zip(names, tallies, strict=True))
+        ]

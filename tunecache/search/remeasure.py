@@ -20,6 +20,7 @@ Re-measure only on the machine the records' hardware key describes.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -190,7 +191,7 @@ def remeasure_best(
     repeats: int = DEFAULT_REPEATS,
     number: int = DEFAULT_NUMBER,
     force: bool = False,
-    max_passes: int = 3,
+    time_limit_s: float | None = None,
     runner: Any = None,
     builder: Any = None,
 ) -> list[RemeasuredRecord]:
@@ -198,8 +199,9 @@ def remeasure_best(
 
     Each re-measured median becomes the record's ranking latency (``Store.set_latency(uid,
     median, cv)``); ``run_secs`` keep the raw tuning measurement. A record that turns out slower
-    drops down the ranking and the next one moves up, so this repeats (at most ``max_passes``
-    times) until the current top ``k`` have all been re-measured.
+    drops down the ranking and the next one moves up, so this repeats until the current top ``k``
+    have all been re-measured (or failed to be): each pass measures the top ``k`` records not
+    measured yet, so it ends after at most as many passes as the task has records.
 
     Parameters
     ----------
@@ -216,8 +218,9 @@ def remeasure_best(
     force
         Also re-measure records that were re-measured before (``cv`` set); by default they are
         trusted and skipped.
-    max_passes
-        Most re-measurement passes (each re-measures the top ``k`` not yet re-measured).
+    time_limit_s
+        Start no new pass after this many seconds (``None``: no limit). A pass cut off this way
+        leaves promoted records un-re-measured; without a limit the top ``k`` always are.
     runner, builder
         As in :func:`remeasure`; one runner serves every pass.
 
@@ -229,7 +232,7 @@ def remeasure_best(
     Raises
     ------
     ConfigError
-        If ``k``, ``repeats``, ``number`` or ``max_passes`` is below 1.
+        If ``k``, ``repeats`` or ``number`` is below 1, or ``time_limit_s`` is not positive.
 
     Examples
     --------
@@ -237,15 +240,18 @@ def remeasure_best(
     [RemeasuredRecord(uid='9f..', tuned_latency_s=2.79e-3, remeasurement=Remeasurement(3.55e-3, ...))]
     """
     _check(repeats, number)
-    if k < 1 or max_passes < 1:
-        raise ConfigError(f"k and max_passes must be >= 1, got k={k!r}, max_passes={max_passes!r}")
+    if k < 1:
+        raise ConfigError(f"k must be >= 1, got k={k!r}")
+    if time_limit_s is not None and time_limit_s <= 0:
+        raise ConfigError(f"time_limit_s must be positive, got {time_limit_s!r}")
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     own_runner = runner is None
     own_builder = builder is None
     run = make_runner(number=number, repeat=repeats, min_repeat_ms=0) if own_runner else runner
     build = make_builder(max_workers=0, warm_up_for=None) if own_builder else builder
     done: dict[str, RemeasuredRecord] = {}
     try:
-        for _ in range(max_passes):
+        while deadline is None or time.perf_counter() < deadline:
             top = store.best_k(key, hardware, k)
             todo = [r for r in top if r.uid not in done and (force or r.cv is None)]
             if not todo:
