@@ -19,9 +19,9 @@ import pytest
 
 from tunecache.errors import ImportFormatError
 from tunecache.store import Store, WorkloadKey
-from tunecache.store.adapter import make_database
+from tunecache.tvm_layer.database import make_database
 from tunecache.store.records import decode_trace
-from tunecache.store.jsondb import RECORD_FILE, SIDECAR_FILE, WORKLOAD_FILE, export_jsondb, import_jsondb
+from tunecache.tvm_layer.jsondb import RECORD_FILE, SIDECAR_FILE, WORKLOAD_FILE, export_jsondb, import_jsondb
 from tunecache.tvm_layer import load_tvm
 
 pytestmark = pytest.mark.tvm
@@ -189,7 +189,7 @@ def test_import_rejects_a_directory_that_is_not_a_jsondatabase(tmp_path: Path) -
 
 def test_cli_db_commands(tuned: dict[str, Any], tmp_path: Path) -> None:
     url = tuned["store"].url
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tunecache.cli", *a], capture_output=True, text=True, timeout=300)  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tunecache.cli.main", *a], capture_output=True, text=True, timeout=300)  # noqa: E731
     st = run("db", "stats", "--db", url, "--json")
     assert st.returncode == 0, st.stderr
     assert json.loads(st.stdout)["records"] == tuned["store"].count_records()

@@ -115,7 +115,7 @@ def test_a_task_whose_candidates_all_failed_is_not_searched_again(tmp_path) -> N
     """Every compile would otherwise spend a search on a task no candidate of which runs."""
     from _models import relax_matmul_relu
 
-    from tunecache import frontend
+    from tunecache.tvm_layer import frontend
     from tunecache.store.records import Provenance, Record
     from tunecache.tvm_layer.convert import workload_of
     from tunecache.tvm_layer.target import hardware_key, resolve_target
@@ -202,7 +202,7 @@ def test_relax_module_tunes_then_hits(tmp_path) -> None:
 def test_export_library_loads_back(tuned, cnn, tmp_path) -> None:
     _db, cm = tuned
     path = cm.export_library(tmp_path / "m.so")
-    from tunecache import frontend
+    from tunecache.tvm_layer import frontend
 
     lib = frontend.load_library(path)
     out = frontend.run(lib, cm.imported, *cnn.example_inputs)
@@ -226,7 +226,7 @@ def test_bad_input_gives_clear_errors(tmp_path, cnn) -> None:
 
 def test_cli_compile_prints_a_json_report_and_writes_a_library(tmp_path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tunecache.cli", "compile", "small_cnn", "--db", str(tmp_path / "c.db"),
+        [sys.executable, "-m", "tunecache.cli.main", "compile", "small_cnn", "--db", str(tmp_path / "c.db"),
          "--trials-per-task", "2", "--json", "-o", str(tmp_path / "m.so")],
         capture_output=True, text=True, timeout=600,
     )
@@ -235,6 +235,6 @@ def test_cli_compile_prints_a_json_report_and_writes_a_library(tmp_path) -> None
     assert rep["counts"]["tuned"] == len(rep["tasks"]) > 0
     assert "[tuning]" in proc.stderr and "tasks:" in proc.stderr
     assert Path(tmp_path / "m.so").stat().st_size > 0
-    bad = subprocess.run([sys.executable, "-m", "tunecache.cli", "compile", "nosuchmodel", "--db", "memory"],
+    bad = subprocess.run([sys.executable, "-m", "tunecache.cli.main", "compile", "nosuchmodel", "--db", "memory"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "small_cnn" in bad.stderr and "Traceback" not in bad.stderr

@@ -180,7 +180,7 @@ def _elementwise() -> dict[str, Any]:
 def tuned(target: Any, builder: Any, runner: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Three elementwise tasks and a 64x64 matmul tuned into a store with the engine."""
     from tunecache.store import Store
-    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.database import make_database
     from tunecache.tvm_layer.convert import workload_of
     from tunecache.tvm_layer.target import hardware_key
 
@@ -238,7 +238,7 @@ def test_trivial_tasks_get_exactly_one_measurement(tuned: dict[str, Any]) -> Non
 def test_stored_trivial_task_is_not_measured_again(
     tuned: dict[str, Any], target: Any, builder: Any, runner: Any, tmp_path: Path
 ) -> None:
-    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.database import make_database
 
     db = make_database(tuned["store"], tuned["hw"], target)
     [r] = tune_tasks([FullSearchTask("add", tuned["mods"]["add"])], target, db,
@@ -441,7 +441,7 @@ def test_tuning_tolerates_and_keeps_the_callers_log_handlers(
     import logging
 
     from tunecache.store import Store
-    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.database import make_database
     from tunecache.tvm_layer.mslog import MS_LOGGER
     from tunecache.tvm_layer.target import hardware_key
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWa
 
 @pytest.fixture(scope="module")
 def fe():
-    from tunecache import frontend
+    from tunecache.tvm_layer import frontend
 
     return frontend
 

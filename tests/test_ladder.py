@@ -75,7 +75,7 @@ def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, mo
     import functools
     import time
 
-    from tunecache import frontend
+    from tunecache.tvm_layer import frontend
     from tunecache.search import execute, ladder
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tunecache
-from tunecache import frontend, zoo
+from tunecache.tvm_layer import frontend, zoo
 from tunecache.libcache import LibraryCache, library_key
 
 torch = pytest.importorskip("torch")

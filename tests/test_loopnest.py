@@ -106,9 +106,9 @@ def _torch_tasks(tvm, model, example):
 
 @pytest.mark.tvm
 def test_eto_conv_pair_bridge(tvm) -> None:
-    from tunecache.reuse.bridge import check_bridge, materialize_bridge
-    from tunecache.reuse.loopnest import analyze
-    from tunecache.reuse.sketch import sketch_signature
+    from tunecache.tvm_layer.bridges import check_bridge, materialize_bridge
+    from tunecache.tvm_layer.loopnest import analyze
+    from tunecache.tvm_layer.sketch import sketch_signature
 
     # Unpadded 3x3 (as in ETO's example, which assumes equal sketch sets) and a 1x1.
     a_mod = _te_conv(tvm, (1, 64, 16, 16), 3, 64)
@@ -137,9 +137,9 @@ def test_padded_3x3_and_1x1_differ_in_sketch_but_share_decisions(tvm) -> None:
     """ResNet's 3x3 convs are padded: pad_temp is compute-at'ed, not inlined (another sketch, one
     more sampled compute location). Tilings and unroll are the same decisions, so the decision
     signature, which leaves compute locations to the narrowed search, pairs them."""
-    from tunecache.reuse.bridge import check_bridge, materialize_bridge
-    from tunecache.reuse.loopnest import analyze
-    from tunecache.reuse.sketch import decision_signature, decision_texts, sketch_signature
+    from tunecache.tvm_layer.bridges import check_bridge, materialize_bridge
+    from tunecache.tvm_layer.loopnest import analyze
+    from tunecache.tvm_layer.sketch import decision_signature, decision_texts, sketch_signature
 
     a_mod = _te_conv(tvm, (1, 64, 14, 14), 3, 64, pad=1)
     b_mod = _te_conv(tvm, (1, 64, 28, 28), 1, 64)
@@ -163,7 +163,7 @@ def test_padded_3x3_and_1x1_differ_in_sketch_but_share_decisions(tvm) -> None:
 
 @pytest.mark.tvm
 def test_sketch_signature_matmul_vs_conv(tvm) -> None:
-    from tunecache.reuse.sketch import sketch_set, sketch_signature
+    from tunecache.tvm_layer.sketch import sketch_set, sketch_signature
 
     m1 = sketch_signature(_te_matmul(tvm, 128, 64, 256), TARGET)
     m2 = sketch_signature(_te_matmul(tvm, 512, 512, 512), TARGET)
@@ -176,7 +176,7 @@ def test_sketch_signature_matmul_vs_conv(tvm) -> None:
 
 @pytest.mark.tvm
 def test_nhwc_and_nchw_have_same_canonical_extents(tvm) -> None:
-    from tunecache.reuse.loopnest import analyze
+    from tunecache.tvm_layer.loopnest import analyze
 
     nchw = analyze(_te_conv(tvm, (1, 64, 16, 16), 3, 32, stride=1))
     nhwc = analyze(_te_conv(tvm, (1, 16, 16, 64), 3, 32, stride=1, layout="NHWC"))
@@ -194,8 +194,8 @@ def test_relax_conv_variants(tvm) -> None:
     """Families from access patterns: conv1d/3d, grouped, depthwise, transposed (Relax ops)."""
     from tvm import relax
 
-    from tunecache.reuse.bridge import check_bridge, materialize_bridge
-    from tunecache.reuse.loopnest import analyze
+    from tunecache.tvm_layer.bridges import check_bridge, materialize_bridge
+    from tunecache.tvm_layer.loopnest import analyze
 
     def legalized(x_shape, w_shape, op):
         bb = relax.BlockBuilder()
@@ -267,9 +267,9 @@ def resnet_tasks(tvm):
 
 @pytest.mark.tvm
 def test_resnet_fused_tasks(tvm, resnet_tasks) -> None:
-    from tunecache.reuse.bridge import check_bridge, materialize_bridge
-    from tunecache.reuse.loopnest import analyze
-    from tunecache.reuse.sketch import sketch_signature
+    from tunecache.tvm_layer.bridges import check_bridge, materialize_bridge
+    from tunecache.tvm_layer.loopnest import analyze
+    from tunecache.tvm_layer.sketch import sketch_signature
 
     nests = {name: analyze(mod) for name, mod in resnet_tasks.items()}
     by_extents = {(n.family, n.extents, n.epilogue) for n in nests.values()}
@@ -295,7 +295,7 @@ def test_resnet_fused_tasks(tvm, resnet_tasks) -> None:
 
     # Another epilogue (the residual add): another sketch set, the same decisions. The planner
     # pairs them by decision signature; the narrowed search moves decisions between sketches.
-    from tunecache.reuse.sketch import decision_signature
+    from tunecache.tvm_layer.sketch import decision_signature
 
     (res,) = [resnet_tasks[k] for k, n in nests.items() if n.epilogue == residual and n.extents[0:4] == (1, 16, 32, 32)]
     assert sketch_signature(res, TARGET) != s_stem
@@ -317,8 +317,8 @@ def test_resnet_fused_tasks(tvm, resnet_tasks) -> None:
 def test_bert_layer_tasks(tvm) -> None:
     torch = pytest.importorskip("torch")
     nn = torch.nn
-    from tunecache.reuse.loopnest import analyze
-    from tunecache.reuse.sketch import sketch_signature
+    from tunecache.tvm_layer.loopnest import analyze
+    from tunecache.tvm_layer.sketch import sketch_signature
 
     class Layer(nn.Module):
         def __init__(self, d: int = 768, heads: int = 12, ff: int = 3072) -> None:

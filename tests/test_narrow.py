@@ -15,7 +15,7 @@ import pytest
 
 from tunecache.errors import ConfigError
 from tunecache.search import FullSearchTask, tune_tasks
-from tunecache.search.features import CpuFeatures, cpu_features, cuda_features
+from tunecache.tvm_layer.features import CpuFeatures, cpu_features, cuda_features
 from tunecache.search.narrow import (
     PHASES,
     cpu_cost,
@@ -250,7 +250,7 @@ def test_decisions_move_onto_a_sketch_with_another_epilogue(sources: list[Any], 
     """Beta (a plain matmul) and alpha (a matmul with a fused bias, residual add and relu) have
     different sketch sets but sample the same decisions: beta's decisions are carried onto
     alpha's own sketch (its epilogue fused as MetaSchedule would), and the program is correct."""
-    from tunecache.reuse.sketch import decision_signature, sketch_signature
+    from tunecache.tvm_layer.sketch import decision_signature, sketch_signature
     from tunecache.search.narrow import _Materializer, _Skeleton, _structure
 
     alpha = _matmul_residual_relu(*ALPHA)
@@ -310,8 +310,9 @@ def test_a_1x1_conv_program_is_reused_by_a_padded_3x3_conv(target: Any, builder:
     decisions move onto alpha's sketch with that site left open, round 0 measures the root and
     two other locations for it (never TVM's random pick, which may inline the padding), and the
     reverse move drops the site."""
-    from tunecache.reuse.planner import describe_tasks, plan_tasks
-    from tunecache.reuse.sketch import _design_space, decision_signature, decision_texts
+    from tunecache.reuse.planner import plan_tasks
+    from tunecache.tvm_layer.bridges import describe_tasks
+    from tunecache.tvm_layer.sketch import _design_space, decision_signature, decision_texts
     from tunecache.search.narrow import OPEN_TRIES, _Materializer, _open_picks, _Skeleton
     from tunecache.store import WorkloadKey
 
@@ -435,7 +436,7 @@ def test_sources_that_re_lay_out_weights_are_stored_and_reused(target: Any, buil
     must survive the store's JSON (TVM 0.27's ``TuningRecord.as_json`` raises on the index
     map) and a narrowed search must measure them with B in its new layout."""
     from tunecache.store import Store
-    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.database import make_database
     from tunecache.tvm_layer.target import hardware_key
 
     def weighted(m: int, n: int, k: int) -> Any:

@@ -62,7 +62,7 @@ def test_read_only_team_store_serves_hits_and_misses_land_in_the_overlay(team, t
     assert again.report.trials == 0 and again.report.count("hit") == miss.report.count("tuned")
 
     # push: refused for the reader, accepted for the writer, idempotent.
-    cli = [sys.executable, "-m", "tunecache.cli", "db", "push", "--overlay", overlay, "--db"]
+    cli = [sys.executable, "-m", "tunecache.cli.main", "db", "push", "--overlay", overlay, "--db"]
     refused = subprocess.run(cli + [reader_url], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 1 and "read-only" in refused.stderr and "Traceback" not in refused.stderr
     ok = subprocess.run(cli + [writer_url], capture_output=True, text=True, timeout=300)

@@ -10,7 +10,8 @@ import pytest
 
 from _models import te_conv, te_matmul
 from tunecache.reuse.costs import CostModel, neighbourhood_size, reuse_cost
-from tunecache.reuse.planner import bridge_checker, describe_tasks, plan_tasks
+from tunecache.reuse.planner import plan_tasks
+from tunecache.tvm_layer.bridges import bridge_checker, describe_tasks
 
 pytestmark = pytest.mark.tvm
 
@@ -40,7 +41,7 @@ def test_conv_pair_without_dominance_gets_a_checked_bridge(tvm, target) -> None:
 
 def test_a_full_search_weighs_what_reuses_it(tvm, target) -> None:
     """A bridge has no calls of its own; its search is worth the calls of the tasks it serves."""
-    from tunecache.reuse.bridge import materialize_bridge
+    from tunecache.tvm_layer.bridges import materialize_bridge
     from tunecache.search.execute import node_specs
 
     a = te_conv(tvm, (1, 16, 16, 16), 3, 16)
@@ -79,7 +80,7 @@ def test_dominating_matmuls_reuse_each_other_and_stored_sources_are_free(tvm, ta
 
 
 def test_reuse_costs_follow_the_neighbourhood(tvm) -> None:
-    from tunecache.reuse.loopnest import analyze
+    from tunecache.tvm_layer.loopnest import analyze
 
     n1, n2 = analyze(te_matmul(tvm, 128, 256, 256)), analyze(te_matmul(tvm, 512, 512, 256))
     cm = CostModel()
@@ -91,7 +92,7 @@ def test_reuse_costs_follow_the_neighbourhood(tvm) -> None:
 
 
 def test_cli_plan_json_names_every_source(tmp_path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tunecache.cli", "plan", "small_cnn", "--db", str(tmp_path / "p.db"),
+    proc = subprocess.run([sys.executable, "-m", "tunecache.cli.main", "plan", "small_cnn", "--db", str(tmp_path / "p.db"),
                            "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     js = json.loads(proc.stdout)

@@ -60,7 +60,7 @@ def target_hw() -> tuple[Any, Any]:
 @pytest.fixture(scope="module")
 def plan_ab(target_hw: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any]]:
     """The two models' plan (no bridges: three full searches) and its task modules, against an empty store."""
-    from tunecache.cli_plan import collect_tasks, make_plan
+    from tunecache.cli.plan import collect_tasks, make_plan
 
     tgt, hw = target_hw
     tasks = collect_tasks(MODELS, tgt)

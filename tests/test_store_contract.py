@@ -221,7 +221,7 @@ def test_first_released_schema_upgrades_with_its_records(tmp_path) -> None:
     shutil.copy(Path(__file__).parent / "data" / "store_v1.sqlite", path)
     with pytest.raises(SchemaVersionError, match="tunecache db upgrade"):
         Store(str(path))
-    proc = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "upgrade", "--db", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "tunecache.cli.main", "db", "upgrade", "--db", str(path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "schema v1 -> v2" in proc.stdout

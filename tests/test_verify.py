@@ -11,8 +11,8 @@ import pytest
 
 from _models import te_matmul
 from tunecache.store import Store
-from tunecache.store.adapter import make_database
-from tunecache.store.verify import verify_store
+from tunecache.tvm_layer.database import make_database
+from tunecache.tvm_layer.verify import verify_store
 
 pytestmark = pytest.mark.tvm
 
@@ -49,7 +49,7 @@ def test_verify_readmits_replaying_records_and_stales_the_rest(tmp_path) -> None
     assert [r.uid for r in store.best_k(key, old, 10) if r.uid == broken.uid] == []  # stale: never served
 
     # Verifying again adds nothing (same derived uids); the CLI says what it did.
-    again = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "verify", "--db", db],
+    again = subprocess.run([sys.executable, "-m", "tunecache.cli.main", "db", "verify", "--db", db],
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "re-admitted" in again.stdout

@@ -21,7 +21,7 @@ BUDGET = 8
 
 
 def _warm(db: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tunecache.cli", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
+    return subprocess.run([sys.executable, "-m", "tunecache.cli.main", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
                            "--reuse-budget", "4", "--seed", "1", "--json", *extra],
                           capture_output=True, text=True, timeout=timeout)
 
@@ -51,7 +51,7 @@ def test_shared_tasks_are_tuned_once_and_a_second_warm_is_all_hits(tmp_path: Pat
 
 def test_killed_warm_resumes_without_tuning_anything_twice(tmp_path: Path) -> None:
     db = tmp_path / "w.db"
-    cmd = [sys.executable, "-m", "tunecache.cli", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
+    cmd = [sys.executable, "-m", "tunecache.cli.main", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
            "--seed", "2", "--no-bridges"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Kill as soon as the first task is committed: others are in flight or not started.
@@ -83,7 +83,7 @@ def test_killed_warm_resumes_without_tuning_anything_twice(tmp_path: Path) -> No
 def test_two_warmers_share_the_work(tmp_path: Path) -> None:
     db = tmp_path / "w.db"
     Store(str(db)).close()
-    cmd = [sys.executable, "-m", "tunecache.cli", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
+    cmd = [sys.executable, "-m", "tunecache.cli.main", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
            "--no-bridges", "--json"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     reps = []
@@ -99,7 +99,7 @@ def test_two_warmers_share_the_work(tmp_path: Path) -> None:
 
 def test_dry_run_prints_the_plan_and_measures_nothing(tmp_path: Path) -> None:
     db = tmp_path / "w.db"
-    out = subprocess.run([sys.executable, "-m", "tunecache.cli", "warm", *MODELS, "--db", str(db), "--dry-run"],
+    out = subprocess.run([sys.executable, "-m", "tunecache.cli.main", "warm", *MODELS, "--db", str(db), "--dry-run"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "trials estimated vs" in out.stdout and "dry run" in out.stdout

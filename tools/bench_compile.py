@@ -52,7 +52,7 @@ def bench_model(name: str, trials: int, repeats: int, params: dict, rounds: int 
     import torch
 
     import tunecache
-    from tunecache import frontend, zoo
+    from tunecache.tvm_layer import frontend, zoo
 
     zm = zoo.get(name, **params)
     with tempfile.TemporaryDirectory() as tmp:

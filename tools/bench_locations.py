@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tunecache.search import narrow
     from tunecache.search.ladder import search_misses
-    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.tvm_layer.measure import make_builder, make_runner
     from tunecache.store import open_store
     from tunecache.store.records import decode_trace
     from tunecache.tvm_layer.target import hardware_key, resolve_target

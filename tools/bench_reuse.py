@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown operator sets {sets}; choose from {sorted(SETS)}")
 
     tvm = load_tvm("llvm")
-    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.tvm_layer.measure import make_builder, make_runner
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2,
                                 "mcpu": tvm.target.codegen.llvm_get_system_cpu()})

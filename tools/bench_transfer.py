@@ -33,7 +33,7 @@ for _p in (ROOT, ROOT / "tools"):
 
 
 def model_tasks(name: str, families: list[str], target: Any) -> list[Any]:
-    from tunecache import frontend, zoo
+    from tunecache.tvm_layer import frontend, zoo
     from tunecache.search.ladder import MissTask
 
     params = {"num_layers": 1} if name == "bert_base" else {}
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench_reuse import head_to_head
 
     from tunecache.search.ladder import search_misses
-    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.tvm_layer.measure import make_builder, make_runner
     from tunecache.search.transfer import pretrained_cost_model
     from tunecache.store import open_store
     from tunecache.tvm_layer.target import hardware_key, resolve_target

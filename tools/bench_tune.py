@@ -133,7 +133,7 @@ def _tune(mode: str, tasks: list[Any], tgt: Any, args: argparse.Namespace, build
     from tunecache.search.full import FullSearchTask, tune_tasks
     from tunecache.search.ladder import REMEASURE_SHARE, MissTask, _remeasure_bests
     from tunecache.store import Store
-    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.database import make_database
     from tunecache.tvm_layer.target import hardware_key
 
     store = Store("memory")
@@ -217,7 +217,7 @@ def _plan(tasks: list[Any], tgt: Any, args: argparse.Namespace, work: Path) -> d
     from tunecache.reuse.graph import ROOT
     from tunecache.search.ladder import MissTask, plan_and_execute
     from tunecache.store import Store
-    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer.database import make_database
     from tunecache.tvm_layer.target import hardware_key
 
     store = Store("memory")
@@ -261,7 +261,7 @@ def _plan(tasks: list[Any], tgt: Any, args: argparse.Namespace, work: Path) -> d
 
 def _xgb_check(tasks: list[Any], tgt: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """XGBoost update time with the build pool vs an in-process builder (same tasks, budget)."""
-    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.tvm_layer.measure import make_builder, make_runner
 
     out = {}
     runner = make_runner()
@@ -301,7 +301,7 @@ def _interleaved_e2e_ms(frontend: Any, vms: dict[str, Any], imported: Any, input
 def _run_seed(args: argparse.Namespace, modes: list[str], tasks: list[Any], tgt: Any, mod: Any, imported: Any,
               inputs: Any, builder: Any, runner: Any, work: Path) -> dict[str, Any]:
     """Every arm once with ``args.seed``; the compiled models are measured together at the end."""
-    from tunecache import frontend
+    from tunecache.tvm_layer import frontend
 
     summaries: dict[str, Any] = {}
     vms: dict[str, Any] = {}
@@ -395,8 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="directory for bench_tune.json and bench_tune.png")
     args = p.parse_args(argv)
 
-    from tunecache import frontend
-    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.tvm_layer import frontend
+    from tunecache.tvm_layer.measure import make_builder, make_runner
     from tunecache.tvm_layer import load_tvm
     from tunecache.tvm_layer.target import resolve_target
 
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out or tempfile.mkdtemp(prefix="bench_tune-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench_tune-work-"))
-    from tunecache.cli_compile import load_model_spec
+    from tunecache.cli.compile import load_model_spec
 
     model, example_inputs, model_name = load_model_spec(args.model)  # e.g. bert_base:num_layers=2
     tgt = resolve_target(None)

@@ -41,7 +41,7 @@ SETS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
 
 def set_tasks(name: str, target: Any) -> list[Any]:
     """The distinct tasks of operator set ``name`` as :class:`~tunecache.search.ladder.MissTask`."""
-    from tunecache import frontend, zoo
+    from tunecache.tvm_layer import frontend, zoo
     from tunecache.search.ladder import MissTask
 
     model_name, params, families = SETS[name]
@@ -79,7 +79,7 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
             head_to_head: Callable[..., dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """Run every arm on operator set ``name``; return its report (see the module docstring)."""
     from tunecache.search.ladder import _remeasure_bests, plan_and_execute, search_misses
-    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.tvm_layer.measure import make_builder, make_runner
     from tunecache.search.narrow import replay_on
     from tunecache.store import open_store
     from tunecache.store.records import decode_trace

@@ -53,7 +53,7 @@ class CompiledModel:
 
     def __call__(self, *inputs: Any) -> Any:
         """Run the model: numpy arrays or torch tensors in, the same kind out."""
-        from tunecache import frontend
+        from tunecache.tvm_layer import frontend
 
         if self._vm is None:
             self._vm = frontend.make_vm(self.executable)
@@ -61,7 +61,7 @@ class CompiledModel:
 
     def export_library(self, path: str | os.PathLike[str]) -> Path:
         """Write a deployable shared library that ``tvm.runtime.load_module`` loads back."""
-        from tunecache import frontend
+        from tunecache.tvm_layer import frontend
 
         if self._library_path is not None:  # loaded from the library cache: it is that file
             out = Path(path)
@@ -153,7 +153,7 @@ def compile(  # noqa: A001 - the product's verb
         raise ConfigError(f"trials_per_task must be >= 1, got {trials_per_task}")
     if time_budget_s is not None and time_budget_s <= 0:
         raise ConfigError(f"time_budget_s must be positive, got {time_budget_s}")
-    from tunecache import frontend
+    from tunecache.tvm_layer import frontend
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     t0 = time.time()
@@ -249,8 +249,8 @@ def _build(mod: Any, tgt: Any, st: Store, hw: Any, tasks: list[Any], cache: Any,
     With a library cache, the model's tasks are remembered under ``model_id`` whenever a library
     for them is cached, so the next compile of the same model can skip preparing it.
     """
-    from tunecache import frontend
-    from tunecache.store.adapter import make_database
+    from tunecache.tvm_layer import frontend
+    from tunecache.tvm_layer.database import make_database
 
     key = None
     if cache is not None:

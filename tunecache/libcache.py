@@ -22,7 +22,7 @@ remembers that, so later compiles build without exporting again.
 A warm compile also skips preparing the model (``FoldConstant`` over all weights: ~4 s of
 BERT-base's compile, more than building it): next to each library the cache keeps the tasks the
 model was prepared into (:meth:`LibraryCache.remember_tasks`), keyed by
-:func:`tunecache.frontend.model_hash` (the imported model, weights included, and the
+:func:`tunecache.tvm_layer.frontend.model_hash` (the imported model, weights included, and the
 preparation settings), with the prepared module's hash. A compile of the same model whose tasks
 are all store hits then computes the library key from them and loads the library without
 preparing anything (``tunecache.api``).
@@ -180,7 +180,7 @@ class LibraryCache:
         return self.directory / f"{_digest({'model': model, 'target': target})}.tasks.json"
 
     def remember_tasks(self, model: str, target: str, prepared_hash: str, tasks: Sequence[Any]) -> None:
-        """Remember that ``model`` (:func:`tunecache.frontend.model_hash`) prepared for ``target``
+        """Remember that ``model`` (:func:`tunecache.tvm_layer.frontend.model_hash`) prepared for ``target``
         gives the module hashed ``prepared_hash`` and these tasks (``TaskInfo`` or
         :class:`KnownTask`). Written atomically; a failure is logged and ignored."""
         doc = {"prepared": prepared_hash,

@@ -185,8 +185,8 @@ def warm(
     """
     if executor not in ("local", "ray"):
         raise ConfigError(f"executor={executor!r}: use 'local' or 'ray'")
-    from tunecache.cli_plan import collect_tasks, make_plan
-    from tunecache.reuse.bridge import materialize_bridge
+    from tunecache.cli.plan import collect_tasks, make_plan
+    from tunecache.tvm_layer.bridges import materialize_bridge
     from tunecache.store import open_store
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 

@@ -9,10 +9,10 @@ Section 3. Two operators form a *reuse pair* when
 Here "same type" means the same :attr:`LoopNest.family`, dtype, layout and structural
 signature (a conv2d in NCHW and one in NHWC compute the same thing, but a trace tiles their
 loops in another order). The sketch sets are compared through their decision signatures
-(:func:`tunecache.reuse.sketch.decision_signature`): ETO's sketch condition with the sketch
+(:func:`tunecache.tvm_layer.sketch.decision_signature`): ETO's sketch condition with the sketch
 instructions that sample nothing left out, so a convolution with a fused residual ``add`` and
 ``relu`` and one without can reuse each other (the narrowed search carries the decisions onto
-the target's own sketch). :func:`tunecache.reuse.sketch.sketch_signature` is the strict form.
+the target's own sketch). :func:`tunecache.tvm_layer.sketch.sketch_signature` is the strict form.
 Pure functions, no TVM.
 """
 
@@ -77,8 +77,8 @@ def can_reuse(a: LoopNest, b: LoopNest, sketch_a: str, sketch_b: str) -> ReuseVe
     a, b
         Major loop nests, from :func:`tunecache.reuse.loopnest.analyze`.
     sketch_a, sketch_b
-        Their decision signatures, from :func:`tunecache.reuse.sketch.decision_signature`
-        (or the strict :func:`tunecache.reuse.sketch.sketch_signature`; either way, for
+        Their decision signatures, from :func:`tunecache.tvm_layer.sketch.decision_signature`
+        (or the strict :func:`tunecache.tvm_layer.sketch.sketch_signature`; either way, for
         the same target).
 
     Returns

@@ -1,7 +1,8 @@
 """From tasks to a reuse plan: reuse edges, bridges and costs, then the arborescence.
 
 :func:`plan_tasks` is TVM-free given each task's loop nest and sketch signature;
-:func:`describe_tasks` computes those with TVM (loop-nest analysis and design-space sketches).
+:func:`tunecache.tvm_layer.bridges.describe_tasks` computes those with TVM (loop-nest analysis
+and design-space sketches).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tunecache.reuse.loopnest import LoopNest
 from tunecache.reuse.planning import Plan, plan_reuse
 from tunecache.store.keys import WorkloadKey
 
-__all__ = ["PlanTask", "ModelPlan", "plan_tasks", "describe_tasks", "bridge_checker"]
+__all__ = ["PlanTask", "ModelPlan", "plan_tasks"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class PlanTask:
     name: str
     weight: float
     nest: LoopNest
-    sketch: str  # decision signature (tunecache.reuse.sketch.decision_signature)
+    sketch: str  # decision signature (tunecache.tvm_layer.sketch.decision_signature)
     trivial: bool = False  # design space of one program with nothing sampled: costs one trial
 
     @property
@@ -52,7 +53,7 @@ class ModelPlan:
         Node id -> the stored workload used as a zero-cost source.
     bridges
         Node id -> the bridge's loop nest (materialize it with
-        :func:`tunecache.reuse.bridge.materialize_bridge`).
+        :func:`tunecache.tvm_layer.bridges.materialize_bridge`).
     hits
         Names of tasks served from the store (not planned).
     cost_model
@@ -210,36 +211,3 @@ def plan_tasks(
         hits=tuple(hits),
         cost_model=cost_model,
     )
-
-
-def describe_tasks(items: Sequence[tuple[WorkloadKey, str, float, Any]], target: Any) -> list[PlanTask]:
-    """Analyze (key, name, weight, TIR module) items into :class:`PlanTask` values (needs TVM)."""
-    from tunecache.reuse.loopnest import analyze
-    from tunecache.reuse.sketch import decision_digest, decision_texts
-
-    out = []
-    for key, name, weight, mod in items:
-        try:
-            nest = analyze(mod)
-        except Exception:  # noqa: BLE001 - a task the analysis cannot read is tuned from scratch
-            nest = LoopNest("other", (), (), "", "", signature=f"unanalysable:{key.shash}")
-        texts = decision_texts(mod, target)
-        trivial = len(texts) == 1 and not texts[0]  # one sketch that samples nothing
-        out.append(PlanTask(key, name, float(weight), nest, decision_digest(texts), trivial))
-    return out
-
-
-def bridge_checker(target: Any) -> Callable[[LoopNest, Sequence[PlanTask]], bool]:
-    """Return a ``bridge_check`` that materializes a bridge and compares its decision signature."""
-    from tunecache.reuse.bridge import materialize_bridge
-    from tunecache.reuse.sketch import decision_signature
-
-    def check(nest: LoopNest, users: Sequence[PlanTask]) -> bool:
-        try:
-            mod = materialize_bridge(nest, nest.extents)
-        except (ValueError, NotImplementedError):
-            return False
-        sig = decision_signature(mod, target)
-        return all(sig == u.sketch for u in users)
-
-    return check

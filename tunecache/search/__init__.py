@@ -8,7 +8,7 @@ from tunecache.search.full import (
     search_sizing,
     tune_tasks,
 )
-from tunecache.search.measure import default_build_workers, make_builder, make_runner
+from tunecache.tvm_layer.measure import default_build_workers, make_builder, make_runner
 from tunecache.search.narrow import NarrowResult, narrowed_search
 
 __all__ = [

@@ -12,11 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import tempfile
-import threading
 import time
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -24,21 +21,19 @@ from typing import Any, Callable, Sequence
 from tunecache import config
 from tunecache.reuse.graph import ROOT
 from tunecache.reuse.planner import ModelPlan
-from tunecache.store.adapter import make_database, reraise_store_error
+from tunecache.tvm_layer.database import make_database, reraise_store_error
+from tunecache.store.claims import Lease, default_holder, holder_is_dead
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Provenance
 
 __all__ = [
     "StepOutcome",
     "NodeSpec",
-    "Lease",
     "execute_plan",
     "search_full",
     "search_reuse",
     "run_node",
     "node_specs",
-    "default_holder",
-    "holder_is_dead",
     "full_search_deadline",
 ]
 
@@ -126,61 +121,6 @@ class NodeSpec:
     mod: Any = None
     weight: float = 1.0
     work: float = 0.0
-
-
-def default_holder() -> str:
-    """Return a claim holder id unique to this process: ``host:pid:random``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def holder_is_dead(holder: str | None) -> bool:
-    """Return whether ``holder`` is a process of this host that no longer runs.
-
-    Its claims can be taken over at once instead of waiting for the lease to expire.
-    """
-    if not holder:
-        return False
-    host, _, rest = holder.partition(":")
-    pid_text = rest.split(":", 1)[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-class Lease:
-    """Hold claims on tasks while they are searched, renewing them in a background thread."""
-
-    def __init__(self, store: Any, hardware: HardwareKey, keys: list[WorkloadKey], holder: str, lease_s: float) -> None:
-        self.store, self.hardware, self.keys, self.holder, self.lease_s = store, hardware, keys, holder, lease_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, daemon=True)
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
-            for k in self.keys:
-                try:
-                    self.store.claim(k, self.hardware, self.holder, self.lease_s)
-                except Exception:  # noqa: BLE001 - a failed renewal only risks a duplicate search
-                    pass
-
-    def __enter__(self) -> "Lease":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        for k in self.keys:
-            try:
-                self.store.release(k, self.hardware, self.holder)
-            except Exception:  # noqa: BLE001
-                pass
 
 
 def _prov(hw: HardwareKey, kind: str, source: WorkloadKey | None = None, source_uid: str | None = None) -> Provenance:
@@ -469,7 +409,7 @@ def execute_plan(
         A MetaSchedule runner (e.g. an RPC runner); default the local one.
     builder
         A builder to use and leave open (its worker processes take seconds to start); default
-        a new one (:func:`tunecache.search.measure.make_builder`), closed at the end.
+        a new one (:func:`tunecache.tvm_layer.measure.make_builder`), closed at the end.
     transfer
         Every full search of the plan (roots, bridges, escalations) uses one XGBoost cost
         model, pre-trained on the store's records of ``hardware``
@@ -484,7 +424,7 @@ def execute_plan(
     :func:`tunecache.search.ray_executor.execute_plan_ray` runs the same per-node functions as
     Ray tasks.
     """
-    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.tvm_layer.measure import make_builder, make_runner
 
     holder = holder or default_holder()
     start = time.time()

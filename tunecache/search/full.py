@@ -3,7 +3,7 @@
 This is the last rung of the ladder (store hit -> reuse -> narrowed search -> **full search**).
 :func:`tune_tasks` runs MetaSchedule's task loop (``TaskScheduler.tune``: XGBoost cost model,
 evolutionary search per task) with tunecache's warm builder and steady runner
-(:mod:`tunecache.search.measure`), commits every measured record to the ``Database`` it is given,
+(:mod:`tunecache.tvm_layer.measure`), commits every measured record to the ``Database`` it is given,
 and returns one frozen :class:`TaskResult` per task. Progress is reported as frozen
 :class:`SearchProgress` events.
 
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tunecache.errors import ConfigError, TuningError
-from tunecache.search.measure import make_builder, make_runner
+from tunecache.tvm_layer.measure import make_builder, make_runner
 from tunecache.tvm_layer import load_tvm
 from tunecache.tvm_layer.mslog import ms_loggers
 
@@ -806,7 +806,7 @@ def _measure_fixed(
     """Build and measure every fixed task's programs in one batch; commit them; fill tallies."""
     from tvm.s_tir import meta_schedule as ms
 
-    from tunecache.search.measure import measure_mods
+    from tunecache.tvm_layer.measure import measure_mods
 
     todo: list[tuple[int, Any]] = []
     for i, programs in fixed.items():
@@ -947,8 +947,8 @@ def tune_tasks(
         Called with a :class:`SearchProgress` after every round that measured something (and
         once per trivial task).
     builder, runner
-        Override the defaults (:func:`~tunecache.search.measure.make_builder`,
-        :func:`~tunecache.search.measure.make_runner`). Defaults created here are shut down
+        Override the defaults (:func:`~tunecache.tvm_layer.measure.make_builder`,
+        :func:`~tunecache.tvm_layer.measure.make_runner`). Defaults created here are shut down
         on return; pass your own to reuse their worker processes (~3 s to start) across calls.
     cost_model
         Override MetaSchedule's XGBoost cost model (``CostModel.create("xgb")``).

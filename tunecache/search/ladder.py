@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tunecache.store.adapter import make_database, reraise_store_error
+from tunecache.tvm_layer.database import make_database, reraise_store_error
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.store import Store
 
@@ -165,10 +165,10 @@ def plan_and_execute(tasks: Sequence[MissTask], target: Any, store: Store, hardw
         covers planning, the searches and re-measuring the bests (the last
         :data:`REMEASURE_SHARE` of it).
     """
-    from tunecache.cli_plan import make_plan
-    from tunecache.reuse.bridge import materialize_bridge
+    from tunecache.cli.plan import make_plan
+    from tunecache.tvm_layer.bridges import materialize_bridge
     from tunecache.search.execute import DEFAULT_ESCALATE_BELOW, execute_plan
-    from tunecache.search.measure import make_builder
+    from tunecache.tvm_layer.measure import make_builder
 
     start = time.time()
     mp = make_plan(list(tasks), target, hardware, store, bridges=bridges, full_trials=float(trials_per_task))
@@ -213,7 +213,7 @@ def _remeasure_bests(done: Sequence[tuple[MissTask, Any]], target: Any, store: S
     the record for the cost model). Tasks go heaviest first (weight x latency); none starts
     after ``deadline`` (a ``time.time()``), so a time budget covers re-measuring too.
     """
-    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.tvm_layer.measure import make_builder, make_runner
     from tunecache.search.remeasure import remeasure_best
 
     todo = [(t, o) for t, o in done if o.outcome in ("tuned", "reused") and o.trials > 0]

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunecache.errors import ConfigError, InvalidRecordError
-from tunecache.search.features import CpuFeatures, CudaFeatures, cpu_features, cuda_features
+from tunecache.tvm_layer.features import CpuFeatures, CudaFeatures, cpu_features, cuda_features
 from tunecache.store.records import INVALID_RUN_SECS, decode_trace
 from tunecache.tvm_layer import load_tvm
 
@@ -423,10 +423,10 @@ def _align_sites(beta: Sequence[Any], alpha: Sequence[Any]) -> list[tuple[int, i
     """Pairs ``(beta index, alpha index)`` of the sampling instructions two sketches share.
 
     The two lists of sampling instructions (kind and structural attributes:
-    :func:`~tunecache.reuse.sketch.site_lines`) are matched in order; an instruction one sketch
+    :func:`~tunecache.tvm_layer.sketch.site_lines`) are matched in order; an instruction one sketch
     has and the other lacks (a compute location) is left out.
     """
-    from tunecache.reuse.sketch import SAMPLE_KINDS, site_lines
+    from tunecache.tvm_layer.sketch import SAMPLE_KINDS, site_lines
 
     b_sites = [i for i, inst in enumerate(beta) if inst[0] in SAMPLE_KINDS]
     a_sites = [i for i, inst in enumerate(alpha) if inst[0] in SAMPLE_KINDS]
@@ -477,7 +477,7 @@ class _Materializer:
     def alpha_sketches(self) -> list[list[Any]]:
         """The instructions of each of alpha's design-space sketches (trace JSON)."""
         if self._alpha_sketches is None:
-            from tunecache.reuse.sketch import _design_space
+            from tunecache.tvm_layer.sketch import _design_space
 
             try:
                 self._alpha_sketches = [decode_trace(s.trace.as_json())[0] for s in _design_space(self.mod, self.target)]
@@ -496,14 +496,14 @@ class _Materializer:
         :meth:`insts_for_alpha`). Otherwise, when beta's sketch differs from alpha's only in
         instructions that sample nothing (alpha has a fused residual ``add``/``relu`` to inline
         that beta had not, or the other way round) or in compute locations one of them samples
-        and the other does not (:data:`~tunecache.reuse.sketch.OPEN_KINDS`: a padded 3x3 conv's
+        and the other does not (:data:`~tunecache.tvm_layer.sketch.OPEN_KINDS`: a padded 3x3 conv's
         ``pad_temp``), alpha's own sketch that samples the same decisions (the closest in
         structure when several do; one with exactly beta's sampling instructions first) carrying
         beta's decisions. Sampling instructions are matched in order (:func:`_align_sites`);
         alpha's sites beta had no decision for stay open (:attr:`_Skeleton.open_sites`).
         Itself when there is none: its replay then fails and is counted.
         """
-        from tunecache.reuse.sketch import decision_text, reuse_text
+        from tunecache.tvm_layer.sketch import decision_text, reuse_text
 
         own = _structure(skeleton.insts)
         sketches = self.alpha_sketches()
@@ -1008,8 +1008,8 @@ def narrowed_search(
         A ``tvm.target.Target``.
     builder, runner
         MetaSchedule builder and runner, e.g.
-        :func:`~tunecache.search.measure.make_builder` and
-        :func:`~tunecache.search.measure.make_runner` (the caller closes them).
+        :func:`~tunecache.tvm_layer.measure.make_builder` and
+        :func:`~tunecache.tvm_layer.measure.make_runner` (the caller closes them).
     max_trials
         Most candidates built and measured, round 0 included.
     round_size

@@ -143,7 +143,7 @@ def _worker_tools(kind: str, runner_url: str | None) -> tuple[Any, Any]:
     later tasks in the same worker reuse them. Their processes exit with the worker (they stop
     at end of input), so nothing outlives the Ray instance.
     """
-    from tunecache.search.measure import make_builder, make_runner
+    from tunecache.tvm_layer.measure import make_builder, make_runner
 
     key = (kind, runner_url)
     if key not in _TOOLS:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunecache.errors import ConfigError, InvalidRecordError, TuningError
-from tunecache.search.measure import make_builder, make_runner, measure_mods
+from tunecache.tvm_layer.measure import make_builder, make_runner, measure_mods
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import decode_trace
 from tunecache.store.store import Store

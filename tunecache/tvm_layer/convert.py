@@ -1,6 +1,6 @@
 """Convert between TVM objects (IRModule, MetaSchedule Workload/TuningRecord) and store values.
 
-This module and :mod:`tunecache.store.adapter` are the only places where store values meet
+This module and :mod:`tunecache.tvm_layer.database` are the only places where store values meet
 TVM objects. TVM is imported lazily through :func:`tunecache.tvm_layer.load_tvm`.
 """
 
@@ -87,7 +87,7 @@ def describe_module(mod: Any, name: str | None = None) -> WorkloadDesc:
         dtypes.append(str(buf.dtype))
     family, extents = "other", ()
     try:
-        from tunecache.reuse.loopnest import analyze
+        from tunecache.tvm_layer.loopnest import analyze
 
         nest = analyze(mod)
         family, extents = nest.family, tuple(int(e) for e in nest.extents)

@@ -96,7 +96,7 @@ def _cmd_zoo_list(a: argparse.Namespace) -> int:
     for n in zoo.names():
         row: dict[str, Any] = {"name": n, "description": zoo.describe(n)}
         if a.tasks:
-            from tunecache import frontend
+            from tunecache.tvm_layer import frontend
 
             zm = zoo.get(n)
             mod = frontend.prepare_for_tuning(frontend.import_model(zm.module, zm.example_inputs), a.target)
@@ -142,7 +142,7 @@ def register(sub: Any, add_db: Callable[[argparse.ArgumentParser], None]) -> Non
     p.set_defaults(fn=_cmd_zoo_list)
 
     try:
-        from tunecache import cli_plan
+        from tunecache.cli import plan as cli_plan
     except ImportError:
         return
     cli_plan.register(sub, add_db)

@@ -94,7 +94,7 @@ def _cmd_db_ls(a: argparse.Namespace) -> int:
 
 def _cmd_db_import(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
-    from tunecache.store.jsondb import import_jsondb
+    from tunecache.tvm_layer.jsondb import import_jsondb
 
     report = import_jsondb(open_store(a.db), a.directory, check_replay=not a.no_replay_check)
     for e in report.errors:
@@ -105,7 +105,7 @@ def _cmd_db_import(a: argparse.Namespace) -> int:
 
 def _cmd_db_export(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
-    from tunecache.store.jsondb import export_jsondb
+    from tunecache.tvm_layer.jsondb import export_jsondb
 
     n = export_jsondb(open_store(a.db, read_only=True), a.directory, hardware=a.hardware, valid_only=not a.all)
     print(f"exported {n} records to {a.directory}")
@@ -140,7 +140,7 @@ def _cmd_db_push(a: argparse.Namespace) -> int:
 
 def _cmd_db_verify(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
-    from tunecache.store.verify import verify_store
+    from tunecache.tvm_layer.verify import verify_store
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     target = resolve_target(a.target)
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_more_commands(sub: Any) -> None:
     """Commands of the compile/plan/zoo layer (registered here so --help lists them)."""
     try:
-        from tunecache import cli_compile
+        from tunecache.cli import compile as cli_compile
     except ImportError:  # pragma: no cover - during development only
         return
     cli_compile.register(sub, _add_db)
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        from tunecache.cli_compile import setup_logging
+        from tunecache.cli.compile import setup_logging
 
         setup_logging()
         return int(a.fn(a) or 0)

@@ -13,8 +13,8 @@ def collect_tasks(specs: list[str], target: Any) -> list[Any]:
     """Import each model spec and return its tasks deduplicated by workload key (weights summed)."""
     from dataclasses import replace
 
-    from tunecache import frontend
-    from tunecache.cli_compile import load_model_spec
+    from tunecache.tvm_layer import frontend
+    from tunecache.cli.compile import load_model_spec
 
     merged: dict[Any, Any] = {}
     for spec in specs:
@@ -34,7 +34,8 @@ def make_plan(tasks: list[Any], target: Any, hw: Any, store: Any, *, bridges: bo
     from dataclasses import replace
 
     from tunecache.reuse.costs import CostModel, calibrate
-    from tunecache.reuse.planner import bridge_checker, describe_tasks, plan_tasks
+    from tunecache.reuse.planner import plan_tasks
+    from tunecache.tvm_layer.bridges import bridge_checker, describe_tasks
     from tunecache.store import WorkloadKey
     from tunecache.tvm_layer.convert import workload_from_json
 

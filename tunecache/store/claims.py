@@ -1,0 +1,73 @@
+"""Task claims as the executors use them: who holds a claim, and a lease that renews it.
+
+A claim (``Store.claim``) keeps two warmers off the same task; the lease renews the claims of the
+tasks being searched in a background thread and releases them at the end. A claim whose holder
+is a process of this host that died is taken over at once instead of waiting for its lease.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from typing import Any
+
+from tunecache.store.keys import HardwareKey, WorkloadKey
+
+__all__ = ["Lease", "default_holder", "holder_is_dead"]
+
+
+def default_holder() -> str:
+    """Return a claim holder id unique to this process: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def holder_is_dead(holder: str | None) -> bool:
+    """Return whether ``holder`` is a process of this host that no longer runs.
+
+    Its claims can be taken over at once instead of waiting for the lease to expire.
+    """
+    if not holder:
+        return False
+    host, _, rest = holder.partition(":")
+    pid_text = rest.split(":", 1)[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class Lease:
+    """Hold claims on tasks while they are searched, renewing them in a background thread."""
+
+    def __init__(self, store: Any, hardware: HardwareKey, keys: list[WorkloadKey], holder: str, lease_s: float) -> None:
+        self.store, self.hardware, self.keys, self.holder, self.lease_s = store, hardware, keys, holder, lease_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, daemon=True)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            for k in self.keys:
+                try:
+                    self.store.claim(k, self.hardware, self.holder, self.lease_s)
+                except Exception:  # noqa: BLE001 - a failed renewal only risks a duplicate search
+                    pass
+
+    def __enter__(self) -> "Lease":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for k in self.keys:
+            try:
+                self.store.release(k, self.hardware, self.holder)
+            except Exception:  # noqa: BLE001
+                pass
