@@ -19,10 +19,10 @@ import pytest
 
 from tunecache.errors import ImportFormatError
 from tunecache.store import Store, WorkloadKey
-from tunecache.tvm_layer.database import make_database
 from tunecache.store.records import decode_trace
-from tunecache.tvm_layer.jsondb import RECORD_FILE, SIDECAR_FILE, WORKLOAD_FILE, export_jsondb, import_jsondb
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.database import make_database
+from tunecache.tvm_layer.jsondb import RECORD_FILE, SIDECAR_FILE, WORKLOAD_FILE, export_jsondb, import_jsondb
 
 pytestmark = pytest.mark.tvm
 TRIALS = 8
@@ -174,7 +174,8 @@ def test_truncated_and_hostile_lines_are_reported_and_skipped(tuned: dict[str, A
     rep = import_jsondb(fresh, d)
     assert rep.records == n
     assert len(rep.errors) == 5
-    for msg, what in zip(rep.errors, ("not valid JSON", "run_secs", "workload line 8", "nested", "replay")):
+    expected = ("not valid JSON", "run_secs", "workload line 8", "nested", "replay")
+    for msg, what in zip(rep.errors, expected, strict=False):
         assert RECORD_FILE in msg and what in msg, msg
     assert fresh.count_records() == n
 
@@ -189,7 +190,8 @@ def test_import_rejects_a_directory_that_is_not_a_jsondatabase(tmp_path: Path) -
 
 def test_cli_db_commands(tuned: dict[str, Any], tmp_path: Path) -> None:
     url = tuned["store"].url
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tunecache.cli.main", *a], capture_output=True, text=True, timeout=300)  # noqa: E731
+    def run(*a: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tunecache.cli", *a], capture_output=True, text=True, timeout=300)
     st = run("db", "stats", "--db", url, "--json")
     assert st.returncode == 0, st.stderr
     assert json.loads(st.stdout)["records"] == tuned["store"].count_records()
@@ -202,7 +204,7 @@ def test_cli_db_commands(tuned: dict[str, Any], tmp_path: Path) -> None:
     bad = run("db", "import", "--db", str(tmp_path / "new.db"), str(tmp_path))
     assert bad.returncode == 1 and "not a MetaSchedule JSONDatabase" in bad.stderr and "Traceback" not in bad.stderr
     up = run("db", "upgrade", "--db", str(tmp_path / "new.db"))
-    from tunecache.store.schema import SCHEMA_VERSION
+    from tunecache.store import SCHEMA_VERSION
 
     assert up.returncode == 0 and f"already at v{SCHEMA_VERSION}" in up.stdout
     gc = run("db", "gc", "--db", str(tmp_path / "new.db"), "--keep-top", "1")

@@ -115,8 +115,8 @@ def test_a_task_whose_candidates_all_failed_is_not_searched_again(tmp_path) -> N
     """Every compile would otherwise spend a search on a task no candidate of which runs."""
     from _models import relax_matmul_relu
 
-    from tunecache.tvm_layer import frontend
     from tunecache.store.records import Provenance, Record
+    from tunecache.tvm_layer import frontend
     from tunecache.tvm_layer.convert import workload_of
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
@@ -238,3 +238,30 @@ def test_cli_compile_prints_a_json_report_and_writes_a_library(tmp_path) -> None
     bad = subprocess.run([sys.executable, "-m", "tunecache.cli.main", "compile", "nosuchmodel", "--db", "memory"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "small_cnn" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_retuning_everything_remeasures_the_bests_like_any_search(tmp_path) -> None:
+    """tune="always" took a search path of its own that stored bests ranked by one (possibly
+    lucky) measurement; it now goes through the one search path, which re-measures them."""
+    from _models import relax_matmul_relu
+
+    from tunecache.store import WorkloadKey
+    from tunecache.tvm_layer.target import hardware_key
+
+    db = str(tmp_path / "always.db")
+    first = tunecache.compile(relax_matmul_relu(32, 64, 32), store=db, trials_per_task=4, seed=1,
+                              progress=False, library_cache=False)
+    assert first.report.count("tuned") >= 1
+    store, hw = open_store(db), hardware_key(None)
+    keys = [WorkloadKey(t.workload.split(":", 1)[1]) for t in first.report.tasks if t.outcome == "tuned"]
+    for key in keys:  # forget the re-measurements: only a new search can set them again
+        for r in store.records(hardware=hw, workload=key):
+            if r.latency_s is not None:
+                store.set_latency(r.uid, r.latency_s, None)
+    again = tunecache.compile(relax_matmul_relu(32, 64, 32), store=db, trials_per_task=4, seed=2,
+                              progress=False, library_cache=False, tune="always")
+    searched = [t for t in again.report.tasks if t.trials > 0]
+    assert searched, again.report
+    for t in searched:
+        best = store.best_k(WorkloadKey(t.workload.split(":", 1)[1]), hw, 1)[0]
+        assert best.cv is not None, f"{t.name}: best record not re-measured after tune='always'"

@@ -22,11 +22,10 @@ from tunecache.search.full import (
     STOP_TRIVIAL,
     EarlyStopping,
     FullSearchTask,
-    _Allocator,
-    _TaskTally,
     fixed_programs,
     tune_tasks,
 )
+from tunecache.search.full.allocator import Allocator, TaskTally
 from tunecache.tvm_layer import load_tvm
 
 # -- the task picker, with a fake MetaSchedule scheduler ---------------------------------------
@@ -53,7 +52,7 @@ class _FakeScheduler:
         self.tasks_[i].is_terminated = True
 
 
-def _round(tally: _TaskTally, n: int, best: float | None) -> None:
+def _round(tally: TaskTally, n: int, best: float | None) -> None:
     tally.trials += n
     tally.rounds += 1
     tally.best = best if tally.best is None or best is None else min(tally.best, best)
@@ -61,7 +60,7 @@ def _round(tally: _TaskTally, n: int, best: float | None) -> None:
     tally.history.append((tally.trials, tally.best))
 
 
-def _allocator(tallies: list[_TaskTally], weights: list[float], **kw: Any) -> _Allocator:
+def _allocator(tallies: list[TaskTally], weights: list[float], **kw: Any) -> Allocator:
     args: dict[str, Any] = dict(
         max_trials_per_task=[1000] * len(tallies),
         max_trials_global=1000,
@@ -71,11 +70,11 @@ def _allocator(tallies: list[_TaskTally], weights: list[float], **kw: Any) -> _A
         grad_window=24,
     )
     args.update(kw)
-    return _Allocator(tallies, weights, **args)
+    return Allocator(tallies, weights, **args)
 
 
 def test_fresh_tasks_first_heaviest_first() -> None:
-    tallies = [_TaskTally() for _ in range(3)]
+    tallies = [TaskTally() for _ in range(3)]
     sched = _FakeScheduler([_FakeRecord(1e3), _FakeRecord(1e6), _FakeRecord(1e5)])
     alloc = _allocator(tallies, [1.0, 1.0, 20.0])
     assert alloc.next_task(sched) == 2  # 20 * 1e5 > 1 * 1e6
@@ -86,7 +85,7 @@ def test_fresh_tasks_first_heaviest_first() -> None:
 
 
 def test_converged_task_stops_and_its_trials_go_to_the_other() -> None:
-    small, big = _TaskTally(), _TaskTally()
+    small, big = TaskTally(), TaskTally()
     sched = _FakeScheduler([_FakeRecord(1e3), _FakeRecord(1e6)])
     alloc = _allocator([small, big], [1.0, 4.0], max_trials_global=64)
     _round(small, 8, 1e-4)
@@ -105,7 +104,7 @@ def test_converged_task_stops_and_its_trials_go_to_the_other() -> None:
 
 
 def test_weighted_gradient_prefers_more_weighted_latency() -> None:
-    a, b = _TaskTally(), _TaskTally()
+    a, b = TaskTally(), TaskTally()
     sched = _FakeScheduler([_FakeRecord(1e6), _FakeRecord(1e6)])
     alloc = _allocator([a, b], [1.0, 3.0], early_stopping=None)
     _round(a, 8, 2e-3)
@@ -114,7 +113,7 @@ def test_weighted_gradient_prefers_more_weighted_latency() -> None:
 
 
 def test_empty_round_exhausts_and_deadline_stops_everything() -> None:
-    a, b = _TaskTally(), _TaskTally()
+    a, b = TaskTally(), TaskTally()
     sched = _FakeScheduler([_FakeRecord(1e6), _FakeRecord(1e6, runner_futures=[object()])])
     now = [0.0]
     alloc = _allocator([a, b], [1.0, 1.0], deadline=10.0, clock=lambda: now[0])
@@ -180,8 +179,8 @@ def _elementwise() -> dict[str, Any]:
 def tuned(target: Any, builder: Any, runner: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Three elementwise tasks and a 64x64 matmul tuned into a store with the engine."""
     from tunecache.store import Store
-    from tunecache.tvm_layer.database import make_database
     from tunecache.tvm_layer.convert import workload_of
+    from tunecache.tvm_layer.database import make_database
     from tunecache.tvm_layer.target import hardware_key
 
     store = Store("memory")

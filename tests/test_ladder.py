@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _models import relax_matmul_relu
 
 import tunecache
-from _models import relax_matmul_relu
 from tunecache.store import Store
 
 pytestmark = pytest.mark.tvm
@@ -49,7 +49,8 @@ def test_a_time_budget_left_after_the_plan_goes_to_its_tasks(tuned_source) -> No
     (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
     assert t.outcome == "reused" and t.source == src.workload
     assert t.trials == TRIALS and "time budget left" in t.note
-    kinds = {r.provenance.kind for r in Store(db).records(family="matmul") if r.workload.shash == t.workload.split(":", 1)[1]}
+    shash = t.workload.split(":", 1)[1]
+    kinds = {r.provenance.kind for r in Store(db).records(family="matmul") if r.workload.shash == shash}
     assert kinds == {"reused", "tuned"}
 
 
@@ -72,11 +73,12 @@ def test_a_reused_program_far_below_its_source_escalates(tuned_source) -> None:
 def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, monkeypatch) -> None:
     """Every task claimed in a pass keeps its claim, renewed, while the searches before it run:
     they take longer than a lease, and an expired claim lets another warmer search it too."""
-    import functools
+    import dataclasses
     import time
 
+    from tunecache import pipeline
+    from tunecache.search import execute
     from tunecache.tvm_layer import frontend
-    from tunecache.search import execute, ladder
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     db, _first, _src = tuned_source
@@ -86,10 +88,13 @@ def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, mo
     misses = []
     for m, n in ((128, 64), (64, 128)):  # each one step from the source: both reuse it at once
         mod = frontend.prepare_for_tuning(relax_matmul_relu(m, 128, n), tgt)
-        misses += [ladder.MissTask(t.key, t.name, float(t.weight), t.mod)
-                   for t in frontend.extract_tasks(mod, tgt) if t.desc.family == "matmul"]
+        misses += [t for t in frontend.extract_tasks(mod, tgt) if t.desc.family == "matmul"]
     lease = 0.4
-    monkeypatch.setattr(execute, "execute_plan", functools.partial(execute.execute_plan, lease_s=lease))
+    real_execute = execute.execute_plan
+    def short_leases(mp, mods, ctx, **kw):
+        return real_execute(mp, mods, dataclasses.replace(ctx, lease_s=lease), **kw)
+
+    monkeypatch.setattr(execute, "execute_plan", short_leases)
     real_reuse, real_full = execute.search_reuse, execute.search_full
     intruder_got: list[bool] = []
 
@@ -109,8 +114,10 @@ def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, mo
 
     monkeypatch.setattr(execute, "search_reuse", slow_reuse)
     monkeypatch.setattr(execute, "search_full", slow_full)
-    mp, steps = ladder.plan_and_execute(misses, tgt, store, hw, trials_per_task=TRIALS, reuse_trials=4,
-                                         bridges=False, escalate_below=0.0, seed=1)
+    result = pipeline.search(misses, tgt, store, hw, trials_per_task=TRIALS, reuse_trials=4, bridges=False,
+                             escalate_below=0.0, seed=1)
+    mp, steps = result.plan, result.outcomes
     assert {o.key for o in steps.values()} == {m.key for m in misses}
     assert all(o.outcome in ("reused", "tuned") for o in steps.values())
-    assert intruder_got and not any(intruder_got), [(st.node, st.source) for st in mp.plan.steps]  # the task waiting its turn was never taken
+    # the task waiting its turn was never taken
+    assert intruder_got and not any(intruder_got), [(st.node, st.source) for st in mp.plan.steps]

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import tunecache
-from tunecache.tvm_layer import frontend, zoo
+from tunecache import zoo
 from tunecache.libcache import LibraryCache, library_key
+from tunecache.tvm_layer import frontend
 
 torch = pytest.importorskip("torch")
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from _models import te_conv as _te_conv, te_matmul as _te_matmul  # noqa: E402
+from _models import te_conv as _te_conv  # noqa: E402
+from _models import te_matmul as _te_matmul
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -64,7 +64,7 @@ def test_bridge_is_the_greatest_common_lower_bound(abh: tuple[list[int], ...]) -
     a, b, h = abh
     g = bridge_extents(a, b)
     assert dominates(a, g) and dominates(b, g)
-    common = tuple(min(x, y, z) for x, y, z in zip(a, b, h))  # dominated by both a and b
+    common = tuple(min(x, y, z) for x, y, z in zip(a, b, h, strict=False))  # dominated by both a and b
     assert dominates(g, common)
     va = can_reuse(_nest_n(a), _nest_n(g), "k", "k")
     assert va.ok and va.reason in ("a dominates b", "same extents")

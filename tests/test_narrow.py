@@ -15,7 +15,6 @@ import pytest
 
 from tunecache.errors import ConfigError
 from tunecache.search import FullSearchTask, tune_tasks
-from tunecache.tvm_layer.features import CpuFeatures, cpu_features, cuda_features
 from tunecache.search.narrow import (
     PHASES,
     cpu_cost,
@@ -27,6 +26,7 @@ from tunecache.search.narrow import (
 )
 from tunecache.store.records import decode_trace
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.features import CpuFeatures, cpu_features, cuda_features
 
 pytestmark = pytest.mark.tvm
 
@@ -159,7 +159,7 @@ def test_tile_moves_preserve_product_and_limits() -> None:
     for t in moves:
         assert math.prod(t) == math.prod(tiles)
         assert t[-1] <= 16
-        assert sum(a != b for a, b in zip(t, tiles)) == 2  # exactly one factor moved
+        assert sum(a != b for a, b in zip(t, tiles, strict=False)) == 2  # exactly one factor moved
     assert (4, 6, 8, 1) not in moves  # moves go one prime at a time
     assert tile_moves([7, 1], [(0, 1)], max_innermost_factor=4) == []  # 7 would exceed 4
     assert tile_moves([1, 1, 1], [(0, 1)]) == []
@@ -250,19 +250,19 @@ def test_decisions_move_onto_a_sketch_with_another_epilogue(sources: list[Any], 
     """Beta (a plain matmul) and alpha (a matmul with a fused bias, residual add and relu) have
     different sketch sets but sample the same decisions: beta's decisions are carried onto
     alpha's own sketch (its epilogue fused as MetaSchedule would), and the program is correct."""
+    from tunecache.search.narrow.align import Materializer, Skeleton, structure
     from tunecache.tvm_layer.sketch import decision_signature, sketch_signature
-    from tunecache.search.narrow import _Materializer, _Skeleton, _structure
 
     alpha = _matmul_residual_relu(*ALPHA)
     assert sketch_signature(alpha, target) != sketch_signature(_matmul(*BETA), target)
     assert decision_signature(alpha, target) == decision_signature(_matmul(*BETA), target)
 
-    mat = _Materializer(alpha, target, 0)
-    beta = _Skeleton(0, sources[0])
+    mat = Materializer(alpha, target, 0)
+    beta = Skeleton(0, sources[0])
     moved = mat.adapt(beta)
-    alpha_sketches = [_structure(a) for a in mat.alpha_sketches()]
-    assert _structure(beta.insts) not in alpha_sketches  # without moving, beta's sketch is foreign
-    assert _structure(moved.insts) in alpha_sketches
+    alpha_sketches = [structure(a) for a in mat.alpha_sketches()]
+    assert structure(beta.insts) not in alpha_sketches  # without moving, beta's sketch is foreign
+    assert structure(moved.insts) in alpha_sketches
     # Beta's decisions, in order: the tiles are beta's, rescaled by TVM where alpha is larger.
     assert [moved.decisions[i] for i in sorted(moved.decisions)] == [beta.decisions[i] for i in sorted(beta.decisions)]
 
@@ -270,7 +270,7 @@ def test_decisions_move_onto_a_sketch_with_another_epilogue(sources: list[Any], 
     assert sch is not None
     replayed = decode_trace(sch.trace.as_json())[0]
     cut = next(i for i, inst in enumerate(replayed) if inst[0] == "EnterPostproc")
-    assert _structure(replayed[:cut]) in alpha_sketches
+    assert structure(replayed[:cut]) in alpha_sketches
     applied = _tile_decisions(decode_trace(sch.trace.as_json()))
     assert sorted(math.prod(v) for v in applied.values()) == sorted(ALPHA)
     tvm = load_tvm("llvm")
@@ -311,10 +311,10 @@ def test_a_1x1_conv_program_is_reused_by_a_padded_3x3_conv(target: Any, builder:
     two other locations for it (never TVM's random pick, which may inline the padding), and the
     reverse move drops the site."""
     from tunecache.reuse.planner import plan_tasks
+    from tunecache.search.narrow.align import OPEN_TRIES, Materializer, Skeleton, open_picks
+    from tunecache.store import WorkloadKey
     from tunecache.tvm_layer.bridges import describe_tasks
     from tunecache.tvm_layer.sketch import _design_space, decision_signature, decision_texts
-    from tunecache.search.narrow import OPEN_TRIES, _Materializer, _open_picks, _Skeleton
-    from tunecache.store import WorkloadKey
 
     one, three = _conv_nhwc(14, 32, 32, 1), _conv_nhwc(14, 32, 32, 3)
     assert set(decision_texts(one, target)) != set(decision_texts(three, target))
@@ -324,16 +324,16 @@ def test_a_1x1_conv_program_is_reused_by_a_padded_3x3_conv(target: Any, builder:
     assert len(mp.plan.full_searches) == 1  # the other one is reused from it
 
     beta = decode_trace(_design_space(one, target)[0].trace.as_json())  # a sampled 1x1 program
-    mat = _Materializer(three, target, 0)
-    moved = mat.adapt(_Skeleton(0, beta))
+    mat = Materializer(three, target, 0)
+    moved = mat.adapt(Skeleton(0, beta))
     (site,) = moved.open_sites
     assert moved.insts[site][0] == "SampleComputeLocation"
     assert [moved.decisions[i] for i in sorted(moved.decisions)] == [v for _, v in beta[1]]
-    picks = _open_picks(mat, moved, dict(moved.decisions), OPEN_TRIES)
+    picks = open_picks(mat, moved, dict(moved.decisions), OPEN_TRIES)
     locations = [p[site] for p in picks]
     assert locations[0] == -1 and len(set(locations)) == OPEN_TRIES and -2 not in locations
-    elsewhere = _Materializer(_matmul(*ALPHA), target, 0)  # where the moved sketch cannot replay
-    assert _open_picks(elsewhere, moved, dict(moved.decisions), OPEN_TRIES) == [dict(moved.decisions)]
+    elsewhere = Materializer(_matmul(*ALPHA), target, 0)  # where the moved sketch cannot replay
+    assert open_picks(elsewhere, moved, dict(moved.decisions), OPEN_TRIES) == [dict(moved.decisions)]
     assert elsewhere.failed_replay == 0  # probing locations is not a failed replay
 
     sch = replay_on(beta, three, target)  # zero-trial reuse puts the padding at the root
@@ -349,20 +349,20 @@ def test_a_1x1_conv_program_is_reused_by_a_padded_3x3_conv(target: Any, builder:
                           round_size=4, seed=1)
     assert res.failed_replay == 0 and res.history[0].measured == OPEN_TRIES and res.valid_trials > 0
 
-    back = _Materializer(one, target, 0).adapt(_Skeleton(0, decode_trace(sch.trace.as_json())))
+    back = Materializer(one, target, 0).adapt(Skeleton(0, decode_trace(sch.trace.as_json())))
     assert not back.open_sites
-    assert _Materializer(one, target, 0).materialize(back, back.decisions) is not None
+    assert Materializer(one, target, 0).materialize(back, back.decisions) is not None
 
 
 def test_block_name_mapping_rules() -> None:
-    from tunecache.search.narrow import _map_blocks
+    from tunecache.search.narrow.align import map_blocks
 
-    assert _map_blocks(["C", "root"], ["C", "root"]) == {}
-    assert _map_blocks(["C", "root"], ["matmul", "root"]) == {"C": "matmul"}  # same count: by position
+    assert map_blocks(["C", "root"], ["C", "root"]) == {}
+    assert map_blocks(["C", "root"], ["matmul", "root"]) == {"C": "matmul"}  # same count: by position
     # alpha has one more (epilogue) block: missing names go to the alpha name they prefix
-    assert _map_blocks(["conv", "T_sub", "T_div", "root"], ["conv", "T_subtract", "T_divide", "compute", "root"]) == {
+    assert map_blocks(["conv", "T_sub", "T_div", "root"], ["conv", "T_subtract", "T_divide", "compute", "root"]) == {
         "T_sub": "T_subtract", "T_div": "T_divide"}
-    assert _map_blocks(["conv", "X", "root"], ["conv", "T_subtract", "compute", "root"]) is None
+    assert map_blocks(["conv", "X", "root"], ["conv", "T_subtract", "compute", "root"]) is None
 
 
 # -- features and cost ------------------------------------------------------------------------

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from _models import te_conv, te_matmul
+
 from tunecache.reuse.costs import CostModel, neighbourhood_size, reuse_cost
 from tunecache.reuse.planner import plan_tasks
 from tunecache.tvm_layer.bridges import bridge_checker, describe_tasks
@@ -41,13 +41,13 @@ def test_conv_pair_without_dominance_gets_a_checked_bridge(tvm, target) -> None:
 
 def test_a_full_search_weighs_what_reuses_it(tvm, target) -> None:
     """A bridge has no calls of its own; its search is worth the calls of the tasks it serves."""
-    from tunecache.tvm_layer.bridges import materialize_bridge
     from tunecache.search.execute import node_specs
+    from tunecache.tvm_layer.bridges import materialize_bridge
 
     a = te_conv(tvm, (1, 16, 16, 16), 3, 16)
     b = te_conv(tvm, (1, 16, 28, 28), 1, 16)
     items = _items([("conv3x3", a), ("conv1x1", b)])
-    items = [(k, n, w, m) for (k, n, _w, m), w in zip(items, (3.0, 2.0))]
+    items = [(k, n, w, m) for (k, n, _w, m), w in zip(items, (3.0, 2.0), strict=False)]
     mp = plan_tasks(describe_tasks(items, target), cost_model=CostModel(full_trials=1000),
                     bridge_check=bridge_checker(target))
     (bridge,) = mp.bridges
@@ -92,7 +92,7 @@ def test_reuse_costs_follow_the_neighbourhood(tvm) -> None:
 
 
 def test_cli_plan_json_names_every_source(tmp_path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tunecache.cli.main", "plan", "small_cnn", "--db", str(tmp_path / "p.db"),
+    proc = subprocess.run([sys.executable, "-m", "tunecache.cli", "plan", "small_cnn", "--db", str(tmp_path / "p.db"),
                            "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     js = json.loads(proc.stdout)

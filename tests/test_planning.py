@@ -10,7 +10,7 @@ import json
 import math
 import random
 import statistics
-from typing import Iterable
+from collections.abc import Iterable
 
 import networkx as nx
 import pytest
@@ -26,9 +26,9 @@ from tunecache.reuse import (
     build_choice_graph,
     exact_steiner_cost,
     plan_reuse,
+    planning,
     reuse_weight,
 )
-from tunecache.reuse import planning
 from tunecache.reuse.synthetic import random_choice_graph, synthetic_choice_graph
 
 #: Deterministic examples (derandomized), no per-example deadline.
@@ -101,7 +101,7 @@ def brute_force_cost(g: nx.DiGraph, required: Iterable[str]) -> float:
     for choice in itertools.product(*options):
         total = math.fsum(w for _, w in choice)
         if total < best:
-            parent = {v: u for v, (u, _) in zip(nodes, choice) if u is not None}
+            parent = {v: u for v, (u, _) in zip(nodes, choice, strict=False) if u is not None}
             if _reaches_root(parent, stored):
                 best = total
     return best

@@ -14,8 +14,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -60,7 +61,7 @@ def target_hw() -> tuple[Any, Any]:
 @pytest.fixture(scope="module")
 def plan_ab(target_hw: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any]]:
     """The two models' plan (no bridges: three full searches) and its task modules, against an empty store."""
-    from tunecache.cli.plan import collect_tasks, make_plan
+    from tunecache.planning import collect_tasks, make_plan
 
     tgt, hw = target_hw
     tasks = collect_tasks(MODELS, tgt)
@@ -189,7 +190,7 @@ def test_a_reuse_child_starts_only_after_its_source_is_committed(
 def test_ray_executor_warms_the_same_workloads_as_the_local_one(
     local_ray: str, target_hw: tuple[Any, Any], tmp_path: Path
 ) -> None:
-    from tunecache.warm import warm
+    from tunecache.warming import warm
 
     hw = target_hw[1]
     reps = {}
@@ -213,7 +214,7 @@ def test_ray_executor_warms_the_same_workloads_as_the_local_one(
 @pytest.mark.postgres
 def test_ray_workers_share_a_postgresql_store(local_ray: str, pg_url: str, target_hw: tuple[Any, Any]) -> None:
     """The cluster configuration: every worker writes to one PostgreSQL store."""
-    from tunecache.warm import warm
+    from tunecache.warming import warm
 
     rep = warm([MODEL_A], store=pg_url, full_trials=TRIALS, reuse_trials=TRIALS, executor="ray", bridges=False, seed=1,
                progress=False)
@@ -248,7 +249,7 @@ def _stop(p: subprocess.Popen[bytes]) -> None:
 def rpc_tracker_and_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A TVM RPC tracker and one server (key ``tc-test``) on loopback; yields (runner URL, server log)."""
     from tunecache.errors import ConfigError
-    from tunecache.warm import _rpc_runner
+    from tunecache.tvm_layer.measure import rpc_runner
 
     port, key = _free_port(), "tc-test"
     log = tmp_path_factory.mktemp("rpc") / "server.log"
@@ -266,7 +267,7 @@ def rpc_tracker_and_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         deadline = time.time() + 60
         while True:  # until the server has registered with the tracker
             try:
-                _rpc_runner(url)
+                rpc_runner(url)
                 break
             except ConfigError:
                 if time.time() > deadline or any(p.poll() is not None for p in procs):
@@ -281,7 +282,7 @@ def rpc_tracker_and_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def test_rpc_runner_measures_a_warm_through_tracker_and_server(
     rpc_tracker_and_server: tuple[str, Path], target_hw: tuple[Any, Any], tmp_path: Path
 ) -> None:
-    from tunecache.warm import warm
+    from tunecache.warming import warm
 
     url, log = rpc_tracker_and_server
     db = tmp_path / "rpc.db"
@@ -311,11 +312,11 @@ def test_ray_workers_measure_through_the_rpc_tracker(
 
 def test_rpc_runner_without_tracker_or_server_fails_fast() -> None:
     from tunecache.errors import ConfigError
-    from tunecache.warm import _rpc_runner
+    from tunecache.tvm_layer.measure import rpc_runner
 
     t0 = time.time()
     with pytest.raises(ConfigError, match="cannot reach the TVM RPC tracker"):
-        _rpc_runner(f"rpc://127.0.0.1:{_free_port()}/nobody")
+        rpc_runner(f"rpc://127.0.0.1:{_free_port()}/nobody")
     with pytest.raises(ConfigError, match="expected rpc://HOST:PORT/KEY"):
-        _rpc_runner("rpc://127.0.0.1/nokey")
+        rpc_runner("rpc://127.0.0.1/nokey")
     assert time.time() - t0 < 30

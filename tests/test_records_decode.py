@@ -115,9 +115,9 @@ def test_import_lines_raise_only_per_entry_errors_and_never_touch_the_store(tmp_
     error, no exception escapes, and nothing of a rejected line reaches the store."""
     from hypothesis import given as hgiven
 
-    from tunecache.tvm_layer.jsondb import RECORD_FILE, WORKLOAD_FILE, import_jsondb
     from tunecache.tvm_layer import load_tvm
     from tunecache.tvm_layer.convert import workload_of
+    from tunecache.tvm_layer.jsondb import RECORD_FILE, WORKLOAD_FILE, import_jsondb
 
     tvm = load_tvm()
     from tvm import te

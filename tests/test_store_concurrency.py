@@ -13,16 +13,15 @@ from collections import defaultdict
 
 import pytest
 
-from tunecache.store import Store
-from tunecache.store._stress import HARDWARE, workload_keys
-from tunecache.store.integrity import check_store
+from tunecache.store import Store, check_store
+from tunecache.testing.stress import HARDWARE, workload_keys
 
 PROCS, COMMITS, KEYS = 8, 500, 20
 
 
 def _writer(url: str, seed: int, commits: int, batch: int = 1) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tunecache.store._stress", url, "--seed", str(seed), "--commits", str(commits),
+        [sys.executable, "-m", "tunecache.testing.stress", url, "--seed", str(seed), "--commits", str(commits),
          "--keys", str(KEYS), "--batch", str(batch)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _models import relax_matmul_relu
 
 import tunecache
-from _models import relax_matmul_relu
 from tunecache.store import Store
 
 pytestmark = pytest.mark.tvm

@@ -8,11 +8,11 @@ import sys
 from dataclasses import replace
 
 import pytest
-
 from _models import te_matmul
+
+from tunecache.search.verify import verify_store
 from tunecache.store import Store
 from tunecache.tvm_layer.database import make_database
-from tunecache.tvm_layer.verify import verify_store
 
 pytestmark = pytest.mark.tvm
 

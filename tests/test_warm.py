@@ -21,8 +21,8 @@ BUDGET = 8
 
 
 def _warm(db: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tunecache.cli.main", "warm", *MODELS, "--db", str(db), "--budget", str(BUDGET),
-                           "--reuse-budget", "4", "--seed", "1", "--json", *extra],
+    return subprocess.run([sys.executable, "-m", "tunecache.cli", "warm", *MODELS, "--db", str(db),
+                           "--budget", str(BUDGET), "--reuse-budget", "4", "--seed", "1", "--json", *extra],
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -108,7 +108,7 @@ def test_dry_run_prints_the_plan_and_measures_nothing(tmp_path: Path) -> None:
 
 def test_zoo_file(tmp_path: Path) -> None:
     from tunecache.errors import ConfigError
-    from tunecache.warm import load_zoo_file
+    from tunecache.warming import load_zoo_file
 
     z = tmp_path / "zoo.toml"
     z.write_text('targets = ["llvm"]\n[[model]]\nname = "bert_base"\nseq_len = 64\n'
@@ -118,3 +118,16 @@ def test_zoo_file(tmp_path: Path) -> None:
     z.write_text("[[model]]\nsize = 3\n")
     with pytest.raises(ConfigError, match="name, onnx, factory"):
         load_zoo_file(z)
+
+
+def test_warm_from_python_plans_then_tunes(tmp_path: Path) -> None:
+    """``tunecache.warm`` is one of the three things users do: it is public and works from Python."""
+    import tunecache
+
+    db = str(tmp_path / "py.db")
+    plan = tunecache.warm(MODELS, store=db, full_trials=4, reuse_trials=2, seed=1, dry_run=True, progress=False)
+    assert isinstance(plan, tunecache.WarmReport) and plan.dry_run and plan.trials == 0
+    assert len(json.loads(plan.plan_json)["nodes"]) >= 3 and Store(db).count_records() == 0
+    rep = tunecache.warm(MODELS, store=db, full_trials=4, reuse_trials=2, seed=1, progress=False, bridges=False)
+    assert {o.outcome for o in rep.outcomes} <= {"tuned", "reused"} and len(rep.outcomes) == 3
+    assert 0 < rep.trials and Store(db).count_records() == rep.trials

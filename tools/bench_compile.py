@@ -52,7 +52,8 @@ def bench_model(name: str, trials: int, repeats: int, params: dict, rounds: int 
     import torch
 
     import tunecache
-    from tunecache.tvm_layer import frontend, zoo
+    from tunecache import zoo
+    from tunecache.tvm_layer import frontend
 
     zm = zoo.get(name, **params)
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,7 +111,8 @@ def bench_model(name: str, trials: int, repeats: int, params: dict, rounds: int 
         "latency_runs_ms": {"tunecache": [round(x * 1e3, 3) for x in tuned_runs],
                             "pytorch_eager": [round(x * 1e3, 3) for x in eager_runs]},
         "latency_vs_pytorch": tuned / eager,
-        "goals": {"warm_vs_untuned_compile<=1.2": warm_s / untuned_s <= 1.2, "latency_vs_pytorch<=1.0": tuned / eager <= 1.0},
+        "goals": {"warm_vs_untuned_compile<=1.2": warm_s / untuned_s <= 1.2,
+                  "latency_vs_pytorch<=1.0": tuned / eager <= 1.0},
     }
 
 

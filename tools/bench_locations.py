@@ -5,7 +5,7 @@ compute location (docs/reuse.md). This tunes one of resnet50's 1x1 convs (``--tr
 its best program onto three of resnet50's padded 3x3 convs, and measures every compute location
 TVM accepts for the padding, interleaved (``--repeats`` rounds, median). It reports, per conv,
 the latency of each location, which location TVM's replay picks when left alone, and how far the
-best of ``narrow._open_picks``' three (root, deepest, middle) is from the best of all. Prints
+best of ``narrow.open_picks``' three (root, deepest, middle) is from the best of all. Prints
 JSON (and writes ``--out``).
 
 Usage::
@@ -42,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from reuse_sets import set_tasks
 
+    from tunecache.pipeline import search
     from tunecache.search import narrow
-    from tunecache.search.ladder import search_misses
-    from tunecache.tvm_layer.measure import make_builder, make_runner
     from tunecache.store import open_store
     from tunecache.store.records import decode_trace
+    from tunecache.tvm_layer.measure import make_builder, make_runner
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     target = resolve_target(None)
@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     work = tempfile.mkdtemp(prefix="bench-locations-")
     src = find(SOURCE)
     store = open_store(f"sqlite:///{work}/source.sqlite")
-    search_misses([src], target, store, hw, trials_per_task=args.trials, reuse=False, seed=args.seed, work_dir=work)
+    search([src], target, store, hw, trials_per_task=args.trials, reuse=False, transfer=False, seed=args.seed,
+           work_dir=work)
     best = store.best_k(src.key, hw, 1)[0]
     report: dict[str, Any] = {"target": str(target), "source": src.name, "source_latency_ms": best.latency_s * 1e3,
                               "trials": args.trials, "repeats": args.repeats, "convs": []}
@@ -67,19 +68,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for prefix in TARGETS:
             dst = find(prefix)
-            mod = narrow._as_ir_module(dst.mod)
-            search = narrow._Search(mod, target, builder, runner, None, args.seed, None, 1000, "locations")
-            sk = search.mat.adapt(narrow._Skeleton(0, decode_trace(best.trace)))
+            mod = narrow.as_ir_module(dst.mod)
+            search = narrow.NarrowedSearch(mod, target, builder, runner, None, args.seed, None, 1000, "locations")
+            sk = search.mat.adapt(narrow.Skeleton(0, decode_trace(best.trace)))
             (site,) = sk.open_sites
             cands = {}
-            for loc in narrow._open_locations(search.mat, sk, dict(sk.decisions), site):
+            for loc in narrow.open_locations(search.mat, sk, dict(sk.decisions), site):
                 cand = search.materialize_new(sk, {**sk.decisions, site: loc})
                 if cand is not None:
                     cands[loc] = cand
             for _ in range(args.repeats):
                 search.measure(list(cands.values()))
             ms = {loc: statistics.median(c.samples) * 1e3 for loc, c in cands.items()}
-            picks = [p[site] for p in narrow._open_picks(search.mat, sk, dict(sk.decisions), narrow.OPEN_TRIES)]
+            picks = [p[site] for p in narrow.open_picks(search.mat, sk, dict(sk.decisions), narrow.OPEN_TRIES)]
             left_alone = search.mat.replay(sk, dict(sk.decisions))
             tvm_pick = None if left_alone is None else left_alone[1].get(site)
             row = {"name": dst.name, "latency_ms_by_location": {str(k): round(v, 4) for k, v in sorted(ms.items())},

@@ -31,8 +31,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 for _p in (ROOT, ROOT / "tools"):
@@ -158,7 +159,7 @@ def measure_once(schs: list[Any], mod: Any, target: Any, builder: Any, runner: A
                     ms.arg_info.ArgInfo.from_entry_func(schs[i].mod, remove_preproc=True))
         for i in idx
     ])  # fmt: skip
-    for i, fut in zip(idx, futs):
+    for i, fut in zip(idx, futs, strict=False):
         res = fut.result()
         if res.error_msg is None:
             out[i] = statistics.median(float(x) for x in res.run_secs)
@@ -264,7 +265,7 @@ def run_pair(name: str, budget: int, narrow_trials: int, repeats: int, seed: int
     t = time.perf_counter()
     replays = [s for s in (replay_on(tr, alpha, target) for tr in traces) if s is not None]
     lat = measure_once(replays, alpha, target, builder, runner) if replays else []
-    ok = [(x, s) for x, s in zip(lat, replays) if x is not None]
+    ok = [(x, s) for x, s in zip(lat, replays, strict=False) if x is not None]
     picks["top3"] = min(ok, key=lambda p: p[0])[1] if ok else None
     methods["top3"] = {"seconds": time.perf_counter() - t, "trials": len(replays),
                        "search_latency_s": min(ok, key=lambda p: p[0])[0] if ok else None}
@@ -289,7 +290,7 @@ def run_pair(name: str, budget: int, narrow_trials: int, repeats: int, seed: int
     n = max(1, res.trials)
     samples = resample_sketch(traces[0], alpha, target, n, seed)
     lat = measure_once(samples, alpha, target, builder, runner) if samples else []
-    ok = [(x, s) for x, s in zip(lat, samples) if x is not None]
+    ok = [(x, s) for x, s in zip(lat, samples, strict=False) if x is not None]
     picks["resample"] = min(ok, key=lambda p: p[0])[1] if ok else None
     methods["resample"] = {"seconds": time.perf_counter() - t, "trials": len(samples),
                            "search_latency_s": min(ok, key=lambda p: p[0])[0] if ok else None}

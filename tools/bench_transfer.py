@@ -33,14 +33,13 @@ for _p in (ROOT, ROOT / "tools"):
 
 
 def model_tasks(name: str, families: list[str], target: Any) -> list[Any]:
-    from tunecache.tvm_layer import frontend, zoo
-    from tunecache.search.ladder import MissTask
+    from tunecache import zoo
+    from tunecache.tvm_layer import frontend
 
     params = {"num_layers": 1} if name == "bert_base" else {}
     zm = zoo.get(name, **params)
     mod = frontend.prepare_for_tuning(frontend.import_model(zm.module, zm.example_inputs), target)
-    return [MissTask(t.key, t.name, float(t.weight), t.mod)
-            for t in frontend.extract_tasks(mod, target) if t.desc.family in families]
+    return [t for t in frontend.extract_tasks(mod, target) if t.desc.family in families]
 
 
 def search(task: Any, target: Any, trials: int, seed: int, cost_model: Any, builder: Any, runner: Any,
@@ -94,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench_reuse import head_to_head
 
-    from tunecache.search.ladder import search_misses
-    from tunecache.tvm_layer.measure import make_builder, make_runner
+    from tunecache.pipeline import search as search_tasks
     from tunecache.search.transfer import pretrained_cost_model
     from tunecache.store import open_store
+    from tunecache.tvm_layer.measure import make_builder, make_runner
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     target = resolve_target(None)
@@ -110,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         source = open_store(f"sqlite:///{work}/source.sqlite")
         t0 = time.perf_counter()
-        search_misses(model_tasks(args.source_model, args.families, target), target, source, hw,
-                      trials_per_task=args.source_trials, reuse=False, seed=0, work_dir=f"{work}/source")
+        search_tasks(model_tasks(args.source_model, args.families, target), target, source, hw,
+                     trials_per_task=args.source_trials, reuse=False, transfer=False, seed=0,
+                     work_dir=f"{work}/source")
         source_s = time.perf_counter() - t0
     known = {r.workload.shash for r in source.records(hardware=hw)}
     tasks = [t for t in model_tasks(args.model, args.families, target) if t.key.shash not in known]

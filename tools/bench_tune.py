@@ -129,12 +129,14 @@ def _tune(mode: str, tasks: list[Any], tgt: Any, args: argparse.Namespace, build
           work: Path) -> dict[str, Any]:
     from tvm.s_tir import meta_schedule as ms
 
-    from tunecache.search.execute import StepOutcome
+    from tunecache.pipeline import REMEASURE_SHARE
+    from tunecache.search.execute import search_context
     from tunecache.search.full import FullSearchTask, tune_tasks
-    from tunecache.search.ladder import REMEASURE_SHARE, MissTask, _remeasure_bests
+    from tunecache.search.remeasure import remeasure_bests
     from tunecache.store import Store
     from tunecache.tvm_layer.database import make_database
     from tunecache.tvm_layer.target import hardware_key
+    from tunecache.values import TaskOutcome
 
     store = Store("memory")
     hw = hardware_key(tgt)
@@ -160,11 +162,11 @@ def _tune(mode: str, tasks: list[Any], tgt: Any, args: argparse.Namespace, build
         # What compile does after its searches, inside the same budget: re-measure the bests.
         before = {t.name: store.best_k(t.key, hw, 1) for t in tasks}
         t1 = time.perf_counter()
-        done = [(MissTask(t.key, t.name, float(t.weight), t.mod),
-                 StepOutcome(t.name, t.name, t.key, "tuned", r.trials, latency_s=r.best_latency_s))
-                for t, r in zip(tasks, results) if r.best_latency_s is not None]
-        _remeasure_bests(done, tgt, store, hw, k=args.remeasure_k, deadline=time.time() + (t0 + args.budget_s - t1),
-                         builder=builder)
+        done = [(t, TaskOutcome(t.name, t.name, t.key, "tuned", r.trials, latency_s=r.best_latency_s))
+                for t, r in zip(tasks, results, strict=False) if r.best_latency_s is not None]
+        with search_context(tgt, store, hw, full_trials=args.trials_per_task, reuse_trials=0, builder=builder,
+                            runner=runner, work_dir=work / mode) as ctx:
+            remeasure_bests(done, ctx, k=args.remeasure_k, deadline=time.time() + (t0 + args.budget_s - t1))
         after = {t.name: store.best_k(t.key, hw, 1) for t in tasks}
         remeasured = {
             "k": args.remeasure_k, "seconds": round(time.perf_counter() - t1, 1),
@@ -214,8 +216,8 @@ def _tune(mode: str, tasks: list[Any], tgt: Any, args: argparse.Namespace, build
 def _plan(tasks: list[Any], tgt: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """``plan`` mode: what ``tunecache.compile`` runs on misses (reuse plan, narrowed searches,
     full searches, escalation, re-measuring the bests), all inside the same time budget."""
+    from tunecache.pipeline import search
     from tunecache.reuse.graph import ROOT
-    from tunecache.search.ladder import MissTask, plan_and_execute
     from tunecache.store import Store
     from tunecache.tvm_layer.database import make_database
     from tunecache.tvm_layer.target import hardware_key
@@ -224,11 +226,12 @@ def _plan(tasks: list[Any], tgt: Any, args: argparse.Namespace, work: Path) -> d
     hw = hardware_key(tgt)
     events: list[Any] = []
     t0 = time.perf_counter()
-    mp, steps = plan_and_execute(
-        [MissTask(t.key, t.name, float(t.weight), t.mod) for t in tasks], tgt, store, hw,
+    result = search(
+        tasks, tgt, store, hw,
         trials_per_task=args.trials_per_task, reuse_trials=max(4, args.trials_per_task // 4), bridges=False,
         time_budget_s=args.budget_s, seed=args.seed, work_dir=work / "plan", progress=events.append,
     )  # fmt: skip
+    mp, steps = result.plan, result.outcomes
     wall = time.perf_counter() - t0
     weights = {t.name: float(t.weight) for t in tasks}
     outcomes: dict[str, int] = {}
@@ -395,9 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="directory for bench_tune.json and bench_tune.png")
     args = p.parse_args(argv)
 
-    from tunecache.tvm_layer import frontend
+    from tunecache.tvm_layer import frontend, load_tvm
     from tunecache.tvm_layer.measure import make_builder, make_runner
-    from tunecache.tvm_layer import load_tvm
     from tunecache.tvm_layer.target import resolve_target
 
     load_tvm("llvm")

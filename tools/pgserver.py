@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 
 def _free_port() -> int:

@@ -4,9 +4,9 @@ An operator set is the distinct tasks of one family group of a zoo model (the co
 ``resnet50``, the matmul/batch_matmul tasks of ``bert_base``), with the model's call counts as
 weights. Arms, each against its own fresh SQLite store:
 
-- ``full``: full search of every task (``search_misses(reuse=False)``, the ``tune="always"``
+- ``full``: full search of every task (``pipeline.search(reuse=False)``, the ``tune="always"``
   path) with ``budget`` trials per task, then its bests re-measured;
-- ``plan``: tunecache's plan (``plan_and_execute``: reuse plan with bridges, full search of the
+- ``plan``: tunecache's plan (``pipeline.search``: reuse plan with bridges, full search of the
   roots with the same per-task budget, narrowed search of the rest, escalation, re-measurement),
   its full searches sharing one cost model pre-trained on the store (transfer learning);
 - ``plan_cold``: the same plan with a fresh cost model per full search (MetaSchedule's default),
@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ARMS = ("full", "plan", "plan_cold", "top3", "zero_trial", "resample")
 
@@ -40,15 +41,14 @@ SETS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
 
 
 def set_tasks(name: str, target: Any) -> list[Any]:
-    """The distinct tasks of operator set ``name`` as :class:`~tunecache.search.ladder.MissTask`."""
-    from tunecache.tvm_layer import frontend, zoo
-    from tunecache.search.ladder import MissTask
+    """The distinct tasks of operator set ``name`` (:class:`~tunecache.tvm_layer.frontend.TaskInfo`)."""
+    from tunecache import zoo
+    from tunecache.tvm_layer import frontend
 
     model_name, params, families = SETS[name]
     zm = zoo.get(model_name, **params)
     mod = frontend.prepare_for_tuning(frontend.import_model(zm.module, zm.example_inputs), target)
-    return [MissTask(t.key, t.name, float(t.weight), t.mod)
-            for t in frontend.extract_tasks(mod, target) if t.desc.family in families]
+    return [t for t in frontend.extract_tasks(mod, target) if t.desc.family in families]
 
 
 def _best_schedule(store: Any, hw: Any, key: Any, mod: Any) -> Any:
@@ -78,11 +78,11 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
             resample_sketch: Callable[..., list[Any]],
             head_to_head: Callable[..., dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """Run every arm on operator set ``name``; return its report (see the module docstring)."""
-    from tunecache.search.ladder import _remeasure_bests, plan_and_execute, search_misses
-    from tunecache.tvm_layer.measure import make_builder, make_runner
+    from tunecache.pipeline import search
     from tunecache.search.narrow import replay_on
     from tunecache.store import open_store
     from tunecache.store.records import decode_trace
+    from tunecache.tvm_layer.measure import make_builder, make_runner
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     log = lambda msg: print(f"[{name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
@@ -96,17 +96,19 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
     # -- full search of every task
     full_store = open_store(f"sqlite:///{work}/{name}-full.sqlite")
     t0 = time.perf_counter()
-    full = search_misses(tasks, target, full_store, hw, trials_per_task=budget, reuse=False, seed=seed,
-                         work_dir=f"{work}/{name}-full")
-    _remeasure_bests([(t, full[t.key]) for t in tasks], target, full_store, hw)  # as the plan's bests are
+    # Bests re-measured as the plan's are; no pre-trained cost model (the reference is a cold search).
+    full_result = search(tasks, target, full_store, hw, trials_per_task=budget, reuse=False, transfer=False,
+                         seed=seed, work_dir=f"{work}/{name}-full")
+    full = {t.key: full_result.for_task(t.key) for t in tasks}
     full_wall = time.perf_counter() - t0
     log(f"full search: {full_wall:.0f}s, {sum(o.trials for o in full.values())} trials")
 
     # -- tunecache's plan
     plan_store = open_store(f"sqlite:///{work}/{name}-plan.sqlite")
     t0 = time.perf_counter()
-    mp, steps = plan_and_execute(tasks, target, plan_store, hw, trials_per_task=budget, reuse_trials=reuse_trials,
-                                 bridges=bridges, seed=seed, work_dir=f"{work}/{name}-plan")
+    planned = search(tasks, target, plan_store, hw, trials_per_task=budget, reuse_trials=reuse_trials,
+                     bridges=bridges, seed=seed, work_dir=f"{work}/{name}-plan")
+    mp, steps = planned.plan, planned.outcomes
     plan_wall = time.perf_counter() - t0
     log(f"plan: {plan_wall:.0f}s, {sum(o.trials for o in steps.values())} trials, "
         f"{len(mp.plan.full_searches)} full searches ({len(mp.bridges)} bridges)")
@@ -114,9 +116,9 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
 
     cold_store = open_store(f"sqlite:///{work}/{name}-plan-cold.sqlite")
     t0 = time.perf_counter()
-    mp_cold, steps_cold = plan_and_execute(tasks, target, cold_store, hw, trials_per_task=budget,
-                                           reuse_trials=reuse_trials, bridges=bridges, seed=seed,
-                                           work_dir=f"{work}/{name}-plan-cold", transfer=False)
+    cold = search(tasks, target, cold_store, hw, trials_per_task=budget, reuse_trials=reuse_trials, bridges=bridges,
+                  seed=seed, work_dir=f"{work}/{name}-plan-cold", transfer=False)
+    mp_cold, steps_cold = cold.plan, cold.outcomes
     cold_wall = time.perf_counter() - t0
     cold_node_of = {pt.key: n for n, pt in mp_cold.tasks.items()}
     log(f"plan (cold cost models): {cold_wall:.0f}s, {sum(o.trials for o in steps_cold.values())} trials")
@@ -162,7 +164,7 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
                     ts = time.perf_counter()
                     replays = [s for s in (replay_on(tr, t.mod, target) for tr in top) if s is not None]
                     lat = measure_once(replays, t.mod, target, builder, runner) if replays else []
-                    ok = [(x, s) for x, s in zip(lat, replays) if x is not None]
+                    ok = [(x, s) for x, s in zip(lat, replays, strict=False) if x is not None]
                     picks["top3"] = min(ok, key=lambda p: p[0])[1] if ok else None
                     base_seconds["top3"] += time.perf_counter() - ts
                     base_trials["top3"] += len(replays)
@@ -170,7 +172,7 @@ def run_set(name: str, budget: int, reuse_trials: int, repeats: int, seed: int, 
                     ts = time.perf_counter()
                     samples = resample_sketch(top[0], t.mod, target, max(1, step.trials), seed)
                     lat = measure_once(samples, t.mod, target, builder, runner) if samples else []
-                    ok = [(x, s) for x, s in zip(lat, samples) if x is not None]
+                    ok = [(x, s) for x, s in zip(lat, samples, strict=False) if x is not None]
                     picks["resample"] = min(ok, key=lambda p: p[0])[1] if ok else None
                     base_seconds["resample"] += time.perf_counter() - ts
                     base_trials["resample"] += len(samples)

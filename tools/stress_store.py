@@ -1,7 +1,7 @@
 """Store stress test: N writer processes x M commits with overlapping keys, SQLite and PostgreSQL.
 
 Prints JSON: processes, commits, lost, duplicated, best-k errors, p50/p99 commit latency and
-throughput per backend. The same writer (tunecache.store._stress) runs in tests/.
+throughput per backend. The same writer (tunecache.testing.stress) runs in tests/.
 
     python tools/stress_store.py [--procs 8] [--commits 500] [--backends sqlite postgresql]
 """
@@ -22,9 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pgserver import pg_server  # noqa: E402
 
-from tunecache.store import Store  # noqa: E402
-from tunecache.store._stress import HARDWARE, workload_keys  # noqa: E402
-from tunecache.store.integrity import check_store  # noqa: E402
+from tunecache.store import Store, check_store  # noqa: E402
+from tunecache.testing.stress import HARDWARE, workload_keys  # noqa: E402
 
 
 def percentile(xs: list[float], p: float) -> float:
@@ -35,8 +34,9 @@ def percentile(xs: list[float], p: float) -> float:
 def run(url: str, procs: int, commits: int, keys: int) -> dict:
     Store(url).close()
     t0 = time.time()
-    ps = [subprocess.Popen([sys.executable, "-m", "tunecache.store._stress", url, "--seed", str(i), "--commits",
-                            str(commits), "--keys", str(keys)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ps = [subprocess.Popen([sys.executable, "-m", "tunecache.testing.stress", url, "--seed", str(i),
+                            "--commits", str(commits), "--keys", str(keys)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
           for i in range(procs)]
     acked, errors = [], []
     for p in ps:

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# The one test command (README, .ci/run): installs what the tests need, starts a throw-away
-# PostgreSQL server on loopback in a temporary directory, runs pytest, and stops the server.
+# The one test command (README, .ci/run): installs what the tests need, runs the static checks
+# (ruff, mypy, import-linter's layer contracts), starts a throw-away PostgreSQL server on loopback
+# in a temporary directory, runs pytest, and stops the server. It fails if any of them fails.
 # Extra arguments go to pytest (e.g. `bash tools/test.sh -m slow`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 echo "== installing tunecache and its test dependencies"
-$PY -m pip install -q --disable-pip-version-check -e '.[all,test]' 2>&1 | grep -v -E "^WARNING: Running pip as|^\[notice\]" || true
+$PY -m pip install -q --disable-pip-version-check -e '.[all,test,lint]' 2>&1 | grep -v -E "^WARNING: Running pip as|^\[notice\]|^WARNING: Location" || true
+
+echo "== static checks: ruff, mypy, import-linter"
+checks=0
+$PY -m ruff check tunecache tools tests || checks=1
+$PY -m mypy || checks=1
+(PATH="$(dirname "$($PY -c 'import sys; print(sys.executable)')"):$PATH" lint-imports) || checks=1
 
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
 if [ -z "$PGBIN" ] || [ ! -x "$PGBIN/initdb" ]; then
@@ -43,4 +50,8 @@ set +e
 $PY -m pytest "$@"
 rc=$?
 set -e
+if [ "$checks" != 0 ]; then
+  echo "== static checks failed (see above)"
+  [ "$rc" = 0 ] && rc=1
+fi
 exit $rc

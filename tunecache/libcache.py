@@ -40,9 +40,10 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from tunecache.store.keys import WorkloadDesc, WorkloadKey
 

@@ -57,7 +57,8 @@ class ProgressPrinter:
         if not self._tty and now - self._last < self.interval_s:
             return
         self._last = now
-        self.stream.write(("\r" if self._tty else "") + self.line(event.total_trials, now - self.start) + ("" if self._tty else "\n"))
+        line = self.line(event.total_trials, now - self.start)
+        self.stream.write(("\r" + line) if self._tty else (line + "\n"))
         self.stream.flush()
 
     def line(self, trials: int, elapsed: float) -> str:
@@ -70,7 +71,8 @@ class ProgressPrinter:
         bar_w = 20
         filled = int(bar_w * frac)
         return (
-            f"[{self.label}] [{'#' * filled}{'.' * (bar_w - filled)}] {len(self._tasks_seen)}/{self.total_tasks} tasks, "
+            f"[{self.label}] [{'#' * filled}{'.' * (bar_w - filled)}] "
+            f"{len(self._tasks_seen)}/{self.total_tasks} tasks, "
             f"{trials}/{self.max_trials} trials, {format_seconds(elapsed)} elapsed, ~{rem} left"
         )
 

@@ -17,8 +17,9 @@ torch.Size([1, 10])
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import DependencyError, UnsupportedModelError
 
@@ -45,8 +46,8 @@ class ZooModel:
     """
 
     name: str
-    module: "torch.nn.Module"
-    example_inputs: tuple["torch.Tensor", ...]
+    module: torch.nn.Module
+    example_inputs: tuple[torch.Tensor, ...]
     description: str
 
 
@@ -66,7 +67,7 @@ def _torch() -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def _randomize_batchnorm(module: "torch.nn.Module", generator: "torch.Generator") -> None:
+def _randomize_batchnorm(module: torch.nn.Module, generator: torch.Generator) -> None:
     """Give batch norms non-trivial running statistics, so that they are not identities."""
     torch = _torch()
     for m in module.modules():
@@ -78,9 +79,10 @@ def _randomize_batchnorm(module: "torch.nn.Module", generator: "torch.Generator"
                 m.bias.normal_(0.0, 0.1, generator=generator)
 
 
-def _build_resnet(depth: int, num_classes: int) -> "torch.nn.Module":
-    torch = _torch()
-    nn = torch.nn
+def _build_resnet(depth: int, num_classes: int) -> torch.nn.Module:
+    _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
+    import torch
+    from torch import nn
 
     class BasicBlock(nn.Module):
         expansion = 1
@@ -167,9 +169,10 @@ def _build_resnet(depth: int, num_classes: int) -> "torch.nn.Module":
     return ResNet()
 
 
-def _build_mobilenet_v2(num_classes: int, width_mult: float) -> "torch.nn.Module":
-    torch = _torch()
-    nn = torch.nn
+def _build_mobilenet_v2(num_classes: int, width_mult: float) -> torch.nn.Module:
+    _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
+    import torch
+    from torch import nn
 
     def divisible(v: float, divisor: int = 8) -> int:
         new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
@@ -230,9 +233,10 @@ def _build_mobilenet_v2(num_classes: int, width_mult: float) -> "torch.nn.Module
 
 
 def _build_bert(num_layers: int, hidden: int, heads: int, intermediate: int, vocab: int,
-                max_positions: int) -> "torch.nn.Module":  # fmt: skip
-    torch = _torch()
-    nn = torch.nn
+                max_positions: int) -> torch.nn.Module:  # fmt: skip
+    _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
+    import torch
+    from torch import nn
     head_dim = hidden // heads
 
     class SelfAttention(nn.Module):
@@ -294,9 +298,10 @@ def _build_bert(num_layers: int, hidden: int, heads: int, intermediate: int, voc
     return BertEncoder()
 
 
-def _build_small_cnn(num_classes: int) -> "torch.nn.Module":
-    torch = _torch()
-    nn = torch.nn
+def _build_small_cnn(num_classes: int) -> torch.nn.Module:
+    _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
+    import torch
+    from torch import nn
 
     class SmallCNN(nn.Module):
         def __init__(self) -> None:
@@ -323,7 +328,7 @@ def _build_small_cnn(num_classes: int) -> "torch.nn.Module":
 @dataclass(frozen=True)
 class _Entry:
     description: str
-    factory: Callable[..., tuple["torch.nn.Module", tuple["torch.Tensor", ...]]]
+    factory: Callable[..., tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
     defaults: dict[str, Any]
 
 

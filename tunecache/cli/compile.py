@@ -1,64 +1,16 @@
-"""CLI commands of the compile layer: ``compile``, ``zoo list``, ``plan``, ``warm``."""
+"""``tunecache compile`` and ``tunecache zoo``."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import logging
 import sys
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from tunecache.errors import UnsupportedModelError
+from tunecache.cli.common import add_db
+from tunecache.models import load_model_spec
 
-__all__ = ["register", "load_model_spec"]
-
-
-def load_model_spec(spec: str) -> tuple[Any, Any, str]:
-    """Resolve a CLI model argument to ``(model, example_inputs, name)``.
-
-    ``spec`` is a zoo name (``resnet18``, ``bert_base:seq_len=64``), an ``.onnx`` path, or
-    ``path/to/file.py:factory`` where ``factory()`` returns ``(module, example_inputs)``, a
-    ``ZooModel``, or any model ``tunecache.compile`` accepts.
-    """
-    from tunecache import zoo
-
-    if spec.endswith(".onnx"):
-        if not Path(spec).is_file():
-            raise UnsupportedModelError(f"ONNX file {spec} does not exist")
-        return spec, None, Path(spec).stem
-    if ".py:" in spec:
-        path, factory = spec.rsplit(":", 1)
-        if not Path(path).is_file():
-            raise UnsupportedModelError(f"Python file {path} does not exist")
-        mspec = importlib.util.spec_from_file_location(Path(path).stem, path)
-        if mspec is None or mspec.loader is None:
-            raise UnsupportedModelError(f"cannot load {path} as a Python module")
-        module = importlib.util.module_from_spec(mspec)
-        mspec.loader.exec_module(module)
-        fn = getattr(module, factory, None)
-        if fn is None or not callable(fn):
-            raise UnsupportedModelError(f"{path} has no callable {factory!r}")
-        got = fn()
-        if isinstance(got, zoo.ZooModel):
-            return got.module, got.example_inputs, got.name
-        if isinstance(got, tuple) and len(got) == 2:
-            return got[0], got[1], factory
-        return got, None, factory
-    name, _, rest = spec.partition(":")
-    params: dict[str, Any] = {}
-    for kv in filter(None, rest.split(",")):
-        k, _, v = kv.partition("=")
-        try:
-            params[k] = int(v)
-        except ValueError:
-            try:
-                params[k] = float(v)
-            except ValueError:
-                params[k] = v
-    zm = zoo.get(name, **params)
-    return zm.module, zm.example_inputs, zm.name
+__all__ = ["register"]
 
 
 def _cmd_compile(a: argparse.Namespace) -> int:
@@ -113,8 +65,8 @@ def _cmd_zoo_list(a: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, add_db: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Add the compile-layer commands to the ``tunecache`` parser."""
+def register(sub: Any) -> None:
+    """Add ``tunecache compile`` and ``tunecache zoo`` to the parser."""
     p = sub.add_parser("compile", help="compile a model with cached programs, tuning misses")
     p.add_argument("model", help="zoo name (e.g. resnet18, bert_base:seq_len=64), model.onnx, or file.py:factory")
     p.add_argument("--target", default=None, help="llvm (host CPU, default), cuda, a TVM tag, or JSON")
@@ -141,17 +93,3 @@ def register(sub: Any, add_db: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_zoo_list)
 
-    try:
-        from tunecache.cli import plan as cli_plan
-    except ImportError:
-        return
-    cli_plan.register(sub, add_db)
-
-
-def setup_logging(verbose: bool = False) -> None:
-    """Send tunecache's log to stderr (the summary line at INFO)."""
-    h = logging.StreamHandler(sys.stderr)
-    h.setFormatter(logging.Formatter("tunecache: %(message)s"))
-    lg = logging.getLogger("tunecache")
-    lg.addHandler(h)
-    lg.setLevel(logging.DEBUG if verbose else logging.INFO)

@@ -15,11 +15,12 @@ and reused by both. Parameters the loops do not determine take defaults (stride 
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
-from tunecache.reuse.loopnest import LoopNest, canonical_roles
+from tunecache.reuse.loopnest import LoopNest
 
-__all__ = ["bridge_extents", "bridge_candidates"]
+__all__ = ["bridge_candidates", "bridge_extents", "bridge_nest"]
 
 
 def _extents_of(x: LoopNest | Sequence[int]) -> tuple[int, ...]:
@@ -42,7 +43,24 @@ def bridge_extents(a: LoopNest | Sequence[int], b: LoopNest | Sequence[int]) -> 
     ea, eb = _extents_of(a), _extents_of(b)
     if len(ea) != len(eb):
         raise ValueError(f"bridge_extents: loop nests differ in length: {list(ea)} vs {list(eb)}")
-    return tuple(min(x, y) for x, y in zip(ea, eb))
+    return tuple(min(x, y) for x, y in zip(ea, eb, strict=False))
+
+
+def bridge_nest(a: LoopNest, b: LoopNest) -> LoopNest:
+    """Return the bridge of two same-type loop nests: ``a`` with :func:`bridge_extents` of both.
+
+    Layout, dtype, padding and epilogue come from ``a`` (the planner only bridges nests of one
+    reuse group, which agree on them).
+
+    Examples
+    --------
+    >>> a = LoopNest("matmul", (64, 256), (128,), "float32", "C", "mm")
+    >>> bridge_nest(a, LoopNest("matmul", (128, 128), (128,), "float32", "C", "mm")).extents
+    (64, 128, 128)
+    """
+    ext = bridge_extents(a, b)
+    nsp = len(a.space)
+    return replace(a, space=tuple(ext[:nsp]), reduction=tuple(ext[nsp:]))
 
 
 def bridge_candidates(

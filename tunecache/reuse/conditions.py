@@ -18,8 +18,8 @@ Pure functions, no TVM.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from tunecache.reuse.loopnest import LoopNest
 
@@ -64,7 +64,7 @@ def dominates(a_extents: Sequence[int], b_extents: Sequence[int]) -> bool:
     False
     """
     a, b = tuple(a_extents), tuple(b_extents)
-    return len(a) == len(b) and all(x >= y for x, y in zip(a, b))
+    return len(a) == len(b) and all(x >= y for x, y in zip(a, b, strict=False))
 
 
 def can_reuse(a: LoopNest, b: LoopNest, sketch_a: str, sketch_b: str) -> ReuseVerdict:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 from tunecache.reuse.loopnest import LoopNest
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 import types
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Literal, Mapping
+from typing import Literal
 
 import networkx as nx
 

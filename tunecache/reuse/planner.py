@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from tunecache.reuse.bridge import bridge_extents
+from tunecache.reuse.bridge import bridge_nest
 from tunecache.reuse.conditions import can_reuse, dominates
 from tunecache.reuse.costs import CostModel, reuse_cost
 from tunecache.reuse.graph import ROOT, CostEdge, build_choice_graph
@@ -181,10 +182,8 @@ def plan_tasks(
                             trials, q = reuse_cost(s.nest, t.nest, cost_model)
                             edges.append(CostEdge(ns, nt, trials, q))
                 elif bridges and verdict.reason == "no dominance" and (na in by_node or nb in by_node):
-                    ext = bridge_extents(a.nest, b.nest)
-                    nsp = len(a.nest.space)
-                    nest = replace(a.nest, space=tuple(ext[:nsp]), reduction=tuple(ext[nsp:]))
-                    bnode = f"bridge:{a.nest.family}{list(ext)}"
+                    nest = bridge_nest(a.nest, b.nest)
+                    bnode = f"bridge:{a.nest.family}{list(nest.extents)}"
                     bridge_nests[bnode] = nest
                     bridge_users[bnode] += [a, b]
     for bnode, bnest in bridge_nests.items():

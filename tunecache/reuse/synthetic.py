@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import networkx as nx
 import numpy as np
 
 from tunecache.errors import ConfigError
+from tunecache.reuse.bridge import bridge_extents
 from tunecache.reuse.graph import DEFAULT_QUALITY_WEIGHT, CostEdge, build_choice_graph
 
 __all__ = [
@@ -166,7 +167,7 @@ def one_hop_bridges(
                 m = np.minimum(x[i], x[j])
                 if max(x[i].sum(), x[j].sum()) - m.sum() > lr:
                     continue
-                ext = tuple(min(a, b) for a, b in zip(ws[i].extents, ws[j].extents))
+                ext = bridge_extents(ws[i].extents, ws[j].extents)
                 counts[ext] = counts.get(ext, 0) + 1
         ranked = sorted(counts, key=lambda e: (-counts[e], -sum(math.log2(v) for v in e), e))
         kept = [SyntheticWorkload(fam, e) for e in ranked if SyntheticWorkload(fam, e) not in known]
@@ -206,7 +207,7 @@ def reuse_edges(
         dom = (xt[None, :, :] >= xs[:, None, :]).all(axis=2)
         gap = xt.sum(axis=1)[None, :] - xs.sum(axis=1)[:, None]
         ok = dom & (gap > 0) & (gap <= lr + 1e-12)
-        for i, j in zip(*np.nonzero(ok)):
+        for i, j in zip(*np.nonzero(ok), strict=False):
             g = float(gap[i, j])
             out.append(
                 CostEdge(ss[i].name, ts[j].name, trials=10.0 + 50.0 * g / lr, quality=1.0 + 0.01 * g)
@@ -250,7 +251,8 @@ def synthetic_choice_graph(
     """
     tasks = synthetic_workloads(n_tasks, seed=seed)
     stored = synthetic_workloads(n_stored, seed=seed + 1_000_003, exclude=tasks)
-    br = one_hop_bridges(tasks + stored, partners=partners, per_family=per_family, max_ratio=max_ratio) if bridges else []
+    br = (one_hop_bridges(tasks + stored, partners=partners, per_family=per_family, max_ratio=max_ratio)
+          if bridges else [])
     edges = reuse_edges(tasks + stored + br, tasks + br, max_ratio=max_ratio)
     g = build_choice_graph(
         {w.name: FULL_TRIALS for w in tasks},

@@ -8,8 +8,8 @@ from tunecache.search.full import (
     search_sizing,
     tune_tasks,
 )
-from tunecache.tvm_layer.measure import default_build_workers, make_builder, make_runner
 from tunecache.search.narrow import NarrowResult, narrowed_search
+from tunecache.tvm_layer.measure import default_build_workers, make_builder, make_runner
 
 __all__ = [
     "FullSearchTask",

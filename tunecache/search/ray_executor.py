@@ -40,16 +40,18 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tunecache.errors import ConfigError, DependencyError
 from tunecache.reuse.graph import ROOT
 from tunecache.reuse.planner import ModelPlan
-from tunecache.search.execute import DEFAULT_ESCALATE_BELOW, NodeSpec, StepOutcome, node_specs
+from tunecache.search.execute import NodeSpec, node_specs
 from tunecache.store.keys import HardwareKey
 from tunecache.tvm_layer.convert import error_line
+from tunecache.values import DEFAULT_ESCALATE_BELOW, SearchContext, TaskOutcome
 
 __all__ = ["execute_plan_ray", "hardware_resource", "RESOURCE_PREFIX"]
 
@@ -95,7 +97,7 @@ class _Job:
 
 
 def _node_task(job: _Job, spec: NodeSpec, mod_json: str, source: NodeSpec | None,
-               _source_outcome: StepOutcome | None = None) -> StepOutcome:
+               _source_outcome: TaskOutcome | None = None) -> TaskOutcome:
     """The body of one node's Ray task (runs on a worker; ``_source_outcome`` only orders it).
 
     ``spec`` and ``source`` carry no module (``mod=None``); the node's module is rebuilt from
@@ -113,7 +115,7 @@ def _node_task(job: _Job, spec: NodeSpec, mod_json: str, source: NodeSpec | None
     if job.check_hardware:
         here = hardware_key(target)
         if here.id != hw.id:
-            return StepOutcome(spec.node, spec.name, spec.key, "fallback",
+            return TaskOutcome(spec.node, spec.name, spec.key, "fallback",
                                note=f"Ray node {socket.gethostname()} offers {job.resource} but its hardware is "
                                     f"{here.describe()}, not {hw.describe()}: restart it without that resource")
     if "TVM_NUM_THREADS" not in os.environ:
@@ -122,11 +124,11 @@ def _node_task(job: _Job, spec: NodeSpec, mod_json: str, source: NodeSpec | None
     builder, runner = _worker_tools(hw.target_kind or "llvm", job.runner_url)
     store = Store(job.store_url)
     work_dir = tempfile.mkdtemp(prefix="tunecache-ray-")
-    try:
-        return run_node(replace(spec, mod=mod), source, target, store, hw, full_trials=job.full_trials,
-                        reuse_trials=job.reuse_trials, builder=builder, runner=runner, work_dir=work_dir,
+    ctx = SearchContext(target, store, hw, job.full_trials, job.reuse_trials, builder, runner, Path(work_dir),
                         escalate_below=job.escalate_below, seed=job.seed, deadline=job.deadline,
                         lease_s=job.lease_s, wait_s=job.wait_s)
+    try:
+        return run_node(replace(spec, mod=mod), source, ctx)
     finally:
         store.close()
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -148,9 +150,9 @@ def _worker_tools(kind: str, runner_url: str | None) -> tuple[Any, Any]:
     key = (kind, runner_url)
     if key not in _TOOLS:
         if runner_url:
-            from tunecache.warm import _rpc_runner
+            from tunecache.tvm_layer.measure import rpc_runner
 
-            runner = _rpc_runner(runner_url)
+            runner = rpc_runner(runner_url)
         else:
             runner = make_runner()
         _TOOLS[key] = (make_builder(warm_up_for=kind), runner)
@@ -195,7 +197,7 @@ def execute_plan_ray(
     reuse_trials: int,
     address: str | None = None,
     seed: int | None = None,
-    on_step: Callable[[StepOutcome], None] | None = None,
+    on_step: Callable[[TaskOutcome], None] | None = None,
     time_budget_s: float | None = None,
     resource: str | None = None,
     runner: str | None = None,
@@ -206,7 +208,7 @@ def execute_plan_ray(
     lost_grace_s: float = 60.0,
     budget_grace_s: float = 300.0,
     num_cpus: int | None = None,
-) -> dict[str, StepOutcome]:
+) -> dict[str, TaskOutcome]:
     """Run ``mp``'s nodes as Ray tasks; return an outcome per node, as :func:`execute_plan` does.
 
     Parameters
@@ -247,7 +249,7 @@ def execute_plan_ray(
 
     Returns
     -------
-    dict of str to StepOutcome
+    dict of str to TaskOutcome
         One outcome per plan step. An unschedulable node is a ``fallback`` whose note names the
         missing resource and how to add it.
 
@@ -274,9 +276,9 @@ def execute_plan_ray(
                deadline=None if time_budget_s is None else start + time_budget_s, lease_s=float(lease_s),
                wait_s=float(wait_s), runner_url=runner, resource=res,
                check_hardware=runner is None and res == hardware_resource(hardware))
-    out: dict[str, StepOutcome] = {}
+    out: dict[str, TaskOutcome] = {}
 
-    def finish(o: StepOutcome) -> None:
+    def finish(o: TaskOutcome) -> None:
         out[o.node] = o
         if on_step is not None:
             on_step(o)
@@ -284,7 +286,7 @@ def execute_plan_ray(
     def fail_all(nodes: list[str], note: str) -> None:
         for n in nodes:
             s = specs[n]
-            finish(StepOutcome(n, s.name, s.key, "fallback", note=note))
+            finish(TaskOutcome(n, s.name, s.key, "fallback", note=note))
 
     started = False
     if not ray.is_initialized():
@@ -310,7 +312,7 @@ def execute_plan_ray(
             spec = specs[s.node]
             if store.is_done(spec.key, hardware):
                 best = store.best_k(spec.key, hardware, 1)
-                finish(StepOutcome(s.node, spec.name, spec.key, "hit", note="done in the store",
+                finish(TaskOutcome(s.node, spec.name, spec.key, "hit", note="done in the store",
                                    latency_s=best[0].latency_s if best else None))
                 continue
             source = None if s.source == ROOT else replace(specs[s.source], mod=None)
@@ -328,8 +330,9 @@ def execute_plan_ray(
                 try:
                     finish(ray.get(r))
                 except ray.exceptions.RayError as err:  # the task (or its source's) crashed or was cancelled
-                    s = specs[refs[r]]
-                    finish(StepOutcome(s.node, s.name, s.key, "fallback", note=f"Ray task failed: {error_line(err)}"))
+                    failed = specs[refs[r]]
+                    finish(TaskOutcome(failed.node, failed.name, failed.key, "fallback",
+                                       note=f"Ray task failed: {error_line(err)}"))
             if ready or not pending:
                 continue
             now = time.time()

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunecache.errors import ConfigError, InvalidRecordError, TuningError
-from tunecache.tvm_layer.measure import make_builder, make_runner, measure_mods
+from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import decode_trace
-from tunecache.store.store import Store
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.measure import make_builder, make_runner, measure_mods
 
 __all__ = ["RemeasuredRecord", "Remeasurement", "remeasure", "remeasure_best"]
 
@@ -181,7 +181,7 @@ def remeasure(
 
 
 def remeasure_best(
-    store: Store,
+    store: BaseStore,
     hardware: HardwareKey,
     key: WorkloadKey,
     mod: Any,
@@ -278,3 +278,40 @@ def remeasure_best(
         if own_builder:
             build.close()
     return list(done.values())
+
+
+def remeasure_bests(done: Sequence[tuple[Any, Any]], ctx: Any, *, k: int = 2,
+                    deadline: float | None = None) -> None:
+    """Re-measure the best records of every searched task before they serve as its stored best.
+
+    A single tuning measurement is sometimes a lucky one (``shared/TVM_NOTES.md``): the store's
+    ranking latency becomes the median of a fresh, repeated measurement (raw run times stay in
+    the record for the cost model). Tasks go heaviest first (weight x latency); none starts
+    after ``deadline`` (a ``time.time()``), so a time budget covers re-measuring too.
+
+    Parameters
+    ----------
+    done
+        ``(task, outcome)`` pairs: a task (``key``, ``weight``, ``mod``) and its
+        :class:`~tunecache.values.TaskOutcome`; only ``tuned`` and ``reused`` outcomes that
+        spent trials are re-measured.
+    ctx
+        The :class:`~tunecache.values.SearchContext` the tasks were searched with (its store,
+        hardware, target and builder; a runner with 10 repeats is made here).
+    k
+        How many of each task's best records to re-measure.
+    deadline
+        A ``time.time()`` after which no task starts.
+    """
+    todo = [(t, o) for t, o in done if o.outcome in ("tuned", "reused") and o.trials > 0]
+    todo.sort(key=lambda to: -to[0].weight * (to[1].latency_s or 0.0))
+    if not todo or (deadline is not None and time.time() >= deadline):
+        return
+    runner = make_runner(repeat=10)
+    try:
+        for t, _o in todo:
+            if deadline is not None and time.time() >= deadline:
+                break
+            remeasure_best(ctx.store, ctx.hardware, t.key, t.mod, ctx.target, k, runner=runner, builder=ctx.builder)
+    finally:
+        runner.pool.shutdown(wait=True)

@@ -20,8 +20,9 @@ default. ``tools/bench_transfer.py`` isolates the effect on single full searches
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Collection
+from typing import Any
 
 from tunecache.store.keys import HardwareKey, WorkloadKey
 
@@ -126,7 +127,8 @@ def pretrained_cost_model(
             except Exception:  # noqa: BLE001 - a trace that no longer replays is skipped
                 n_skipped += 1
                 continue
-            candidates.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+            args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            candidates.append(ms.MeasureCandidate(sch, args_info))
             results.append(RunnerResult(run_secs=[float(rec.latency_s)], error_msg=None))
         if len(candidates) < 2:
             continue

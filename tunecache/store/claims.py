@@ -1,8 +1,9 @@
 """Task claims as the executors use them: who holds a claim, and a lease that renews it.
 
-A claim (``Store.claim``) keeps two warmers off the same task; the lease renews the claims of the
-tasks being searched in a background thread and releases them at the end. A claim whose holder
-is a process of this host that died is taken over at once instead of waiting for its lease.
+A claim (:meth:`tunecache.store.contract.BaseStore.claim`) keeps two warmers off the same task;
+the lease renews the claims of the tasks being searched in a background thread and releases
+them at the end. A claim whose holder is a process of this host that died is taken over at once
+instead of waiting for its lease.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import os
 import socket
 import threading
 import uuid
-from typing import Any
+from types import TracebackType
 
+from tunecache.errors import StoreError
+from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
 
 __all__ = ["Lease", "default_holder", "holder_is_dead"]
@@ -44,9 +47,25 @@ def holder_is_dead(holder: str | None) -> bool:
 
 
 class Lease:
-    """Hold claims on tasks while they are searched, renewing them in a background thread."""
+    """Hold claims on tasks while they are searched, renewing them in a background thread.
 
-    def __init__(self, store: Any, hardware: HardwareKey, keys: list[WorkloadKey], holder: str, lease_s: float) -> None:
+    Parameters
+    ----------
+    store
+        The store the claims live in.
+    hardware
+        The hardware key of the tasks.
+    keys
+        The workloads claimed.
+    holder
+        The claims' holder.
+    lease_s
+        Lease length; claims are renewed every ``lease_s / 3`` seconds.
+    """
+
+    def __init__(
+        self, store: BaseStore, hardware: HardwareKey, keys: list[WorkloadKey], holder: str, lease_s: float
+    ) -> None:
         self.store, self.hardware, self.keys, self.holder, self.lease_s = store, hardware, keys, holder, lease_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, daemon=True)
@@ -56,18 +75,20 @@ class Lease:
             for k in self.keys:
                 try:
                     self.store.claim(k, self.hardware, self.holder, self.lease_s)
-                except Exception:  # noqa: BLE001 - a failed renewal only risks a duplicate search
+                except StoreError:  # a failed renewal only risks a duplicate search
                     pass
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
         for k in self.keys:
             try:
                 self.store.release(k, self.hardware, self.holder)
-            except Exception:  # noqa: BLE001
+            except StoreError:  # the lease expires by itself
                 pass

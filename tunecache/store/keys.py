@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 __all__ = [
     "WorkloadKey",
@@ -94,7 +95,7 @@ class WorkloadDesc:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "WorkloadDesc":
+    def from_dict(cls, d: dict[str, Any]) -> WorkloadDesc:
         """Build from :meth:`to_dict` output (unknown keys are ignored)."""
         return cls(
             name=str(d.get("name", "")),
@@ -130,7 +131,7 @@ class HostFingerprint:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "HostFingerprint":
+    def from_dict(cls, d: dict[str, Any]) -> HostFingerprint:
         """Build from :meth:`to_dict` output."""
         return cls(
             cpu_model=str(d.get("cpu_model", "")),
@@ -181,7 +182,7 @@ class HardwareKey:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "HardwareKey":
+    def from_dict(cls, d: dict[str, Any]) -> HardwareKey:
         """Build from :meth:`to_dict` output."""
         return cls(
             target=str(d["target"]),

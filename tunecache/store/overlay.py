@@ -1,44 +1,81 @@
 """A read-only team store with a local overlay in front of it.
 
 Lookups consult both (the overlay first: its records win ties); every write goes to the overlay.
-``push`` copies the overlay's records to the team store once the user has write access; record
-uids make pushing twice harmless.
+:func:`push` copies the overlay's records to the team store once the user has write access;
+record uids make pushing twice harmless.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import math
+from collections.abc import Iterable
 
-from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, explain_miss
+from tunecache.store.contract import BaseStore, explain_miss_from_keys
+from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey
 from tunecache.store.records import Record
-from tunecache.store.store import Store, StoredWorkload, StoreStats
+from tunecache.store.values import StoredWorkload, StoreStats
 
 __all__ = ["OverlayStore", "push"]
 
 
-class OverlayStore:
+class OverlayStore(BaseStore):
     """Serve hits from ``base`` (typically read-only) and ``overlay``; write to ``overlay`` only.
 
-    It offers the read and write methods of :class:`Store` that compile, the MetaSchedule
-    adapter and the planner use.
+    It keeps the :class:`~tunecache.store.contract.BaseStore` contract, reading the union of
+    both stores, with these differences by design:
+
+    - every write (records, workloads, latencies, stale marks, claims, done marks, ``gc``)
+      goes to the overlay; ``base`` is never written;
+    - a claim lives in the overlay, so it keeps out the users of this overlay only; a task is
+      done when it is done in either store;
+    - :meth:`count_records` adds both stores' counts (a record pushed to ``base`` and still in
+      the overlay counts twice); :meth:`stats`, :attr:`schema_version` and :attr:`backend` are
+      the overlay's;
+    - :meth:`records` lists the overlay's records first, then ``base``'s that the overlay lacks.
+
+    Parameters
+    ----------
+    base
+        The team store.
+    overlay
+        The local store that takes every write.
     """
 
-    def __init__(self, base: Store, overlay: Store) -> None:
+    def __init__(self, base: BaseStore, overlay: BaseStore) -> None:
         self.base = base
         self.overlay = overlay
-        self.read_only = False
-        self.url = overlay.url
+
+    # -- identity -----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Return the overlay's URL (where new records go)."""
+        return self.overlay.url
 
     @property
     def backend(self) -> str:
+        """Return the overlay's database engine."""
         return self.overlay.backend
 
     @property
     def display_url(self) -> str:
+        """Return ``"<overlay> over <base>"``."""
         return f"{self.overlay.display_url} over {self.base.display_url}"
 
-    # writes: overlay only
+    @property
+    def read_only(self) -> bool:
+        """Return whether the overlay refuses writes."""
+        return self.overlay.read_only
+
+    @property
+    def schema_version(self) -> int:
+        """Return the overlay's schema version."""
+        return self.overlay.schema_version
+
+    # -- writes: overlay only -----------------------------------------------------------------
+
     def commit_workload(self, key: WorkloadKey, desc: WorkloadDesc | None = None, mod_json: str = "") -> None:
+        """Add a workload to the overlay, completing its description and module from ``base``."""
         if not mod_json or desc is None:
             sw = self.base.get_workload(key)
             if sw is not None:
@@ -47,76 +84,126 @@ class OverlayStore:
         self.overlay.commit_workload(key, desc, mod_json)
 
     def commit_record(self, record: Record, *, desc: WorkloadDesc | None = None) -> None:
+        """Add one record to the overlay."""
         self.overlay.commit_record(record, desc=desc)
 
-    def commit_records(self, records: Iterable[Record], **kw: Any) -> int:
-        return self.overlay.commit_records(records, **kw)
+    def commit_records(self, records: Iterable[Record], *, descs: dict[WorkloadKey, WorkloadDesc] | None = None) -> int:
+        """Add records to the overlay; return how many were new there."""
+        return self.overlay.commit_records(records, descs=descs)
 
     def set_latency(self, uid: str, latency_s: float, cv: float | None = None) -> None:
+        """Replace the ranking latency of an overlay record."""
         self.overlay.set_latency(uid, latency_s, cv)
 
     def mark_stale(self, uids: Iterable[str], stale: bool = True) -> None:
+        """Mark overlay records stale (or re-admit them)."""
         self.overlay.mark_stale(uids, stale)
 
-    def claim(self, workload: WorkloadKey, hardware: HardwareKey, holder: str, lease_s: float, **kw: Any) -> bool:
-        return self.overlay.claim(workload, hardware, holder, lease_s, **kw)
+    def claim(
+        self,
+        workload: WorkloadKey,
+        hardware: HardwareKey,
+        holder: str,
+        lease_s: float,
+        *,
+        steal_from: str | None = None,
+    ) -> bool:
+        """Claim a task in the overlay."""
+        return self.overlay.claim(workload, hardware, holder, lease_s, steal_from=steal_from)
 
     def release(self, workload: WorkloadKey, hardware: HardwareKey, holder: str) -> None:
+        """Give up a claim in the overlay."""
         self.overlay.release(workload, hardware, holder)
 
     def mark_done(self, workload: WorkloadKey, hardware: HardwareKey, holder: str = "") -> None:
+        """Mark a task done in the overlay."""
         self.overlay.mark_done(workload, hardware, holder)
 
+    def gc(self, keep_top: int) -> int:
+        """Prune the overlay (``base`` is left alone); return how many records were removed."""
+        return self.overlay.gc(keep_top)
+
+    # -- reads: both --------------------------------------------------------------------------
+
     def is_done(self, workload: WorkloadKey, hardware: HardwareKey) -> bool:
+        """Return whether the task is done in the overlay or in ``base``."""
         return self.overlay.is_done(workload, hardware) or self.base.is_done(workload, hardware)
 
     def claim_holder(self, workload: WorkloadKey, hardware: HardwareKey) -> str | None:
+        """Return the holder of a live claim in the overlay."""
         return self.overlay.claim_holder(workload, hardware)
 
-    # reads: both
     def has_workload(self, key: WorkloadKey) -> bool:
+        """Return whether either store knows the workload."""
         return self.overlay.has_workload(key) or self.base.has_workload(key)
 
     def get_workload(self, key: WorkloadKey) -> StoredWorkload | None:
+        """Return the overlay's workload if it has the module, else ``base``'s, else the overlay's."""
         mine = self.overlay.get_workload(key)
         if mine is not None and mine.mod_json:
             return mine
         return self.base.get_workload(key) or mine
 
     def workloads(self, *, family: str | None = None) -> list[StoredWorkload]:
+        """Return the workloads of both stores (the overlay's version of one in both)."""
         seen = {w.key: w for w in self.base.workloads(family=family)}
         seen.update({w.key: w for w in self.overlay.workloads(family=family)})
         return list(seen.values())
 
-    def best_k(self, workload: WorkloadKey, hardware: HardwareKey, k: int = 1, *, include_stale: bool = False) -> list[Record]:
+    def best_k(
+        self, workload: WorkloadKey, hardware: HardwareKey, k: int = 1, *, include_stale: bool = False
+    ) -> list[Record]:
+        """Return the ``k`` best hits of both stores; on equal latency the overlay's first."""
         mine = self.overlay.best_k(workload, hardware, k, include_stale=include_stale)
         theirs = self.base.best_k(workload, hardware, k, include_stale=include_stale)
         merged: dict[str, tuple[int, Record]] = {}
         for rank, r in enumerate(mine + theirs):
             merged.setdefault(r.uid, (0 if rank < len(mine) else 1, r))
-        ordered = sorted(merged.values(), key=lambda t: (t[1].latency_s, t[0]))
+        ordered = sorted(merged.values(), key=lambda t: (_latency(t[1]), t[0]))
         return [r for _o, r in ordered[:k]]
 
-    def records(self, **kw: Any) -> list[Record]:
-        mine = self.overlay.records(**kw)
+    def records(
+        self,
+        *,
+        hardware: HardwareKey | str | None = None,
+        workload: WorkloadKey | None = None,
+        family: str | None = None,
+        valid_only: bool = False,
+        limit: int | None = None,
+    ) -> list[Record]:
+        """Return the overlay's records, then ``base``'s with other uids (at most ``limit``)."""
+        mine = self.overlay.records(
+            hardware=hardware, workload=workload, family=family, valid_only=valid_only, limit=limit
+        )
+        theirs = self.base.records(
+            hardware=hardware, workload=workload, family=family, valid_only=valid_only, limit=limit
+        )
         uids = {r.uid for r in mine}
-        return mine + [r for r in self.base.records(**kw) if r.uid not in uids]
+        out = mine + [r for r in theirs if r.uid not in uids]
+        return out if limit is None else out[:limit]
 
     def hardware_keys(self, workload: WorkloadKey | None = None) -> list[HardwareKey]:
+        """Return the hardware keys with records in either store."""
         keys = {k.id: k for k in self.base.hardware_keys(workload)}
         keys.update({k.id: k for k in self.overlay.hardware_keys(workload)})
         return list(keys.values())
 
     def explain_miss(self, workload: WorkloadKey, hardware: HardwareKey) -> MissExplanation:
-        return explain_miss(hardware, self.hardware_keys(workload))
+        """Explain a miss against the hardware keys of both stores."""
+        return explain_miss_from_keys(hardware, self.hardware_keys(workload))
 
     def count_records(self, hardware: HardwareKey | None = None, *, workload: WorkloadKey | None = None) -> int:
-        return self.overlay.count_records(hardware, workload=workload) + self.base.count_records(hardware, workload=workload)
+        """Return the overlay's count plus ``base``'s."""
+        return self.overlay.count_records(hardware, workload=workload) + self.base.count_records(
+            hardware, workload=workload
+        )
 
     def stats(self) -> StoreStats:
+        """Return the overlay's counts."""
         return self.overlay.stats()
 
     def close(self) -> None:
+        """Close both stores."""
         self.overlay.close()
         self.base.close()
 
@@ -124,8 +211,24 @@ class OverlayStore:
         return f"OverlayStore({self.display_url!r})"
 
 
-def push(overlay: Store, team: Store) -> tuple[int, int]:
-    """Copy every workload and record of ``overlay`` into ``team``; return (records, new).
+def _latency(r: Record) -> float:
+    return math.inf if r.latency_s is None else r.latency_s
+
+
+def push(overlay: BaseStore, team: BaseStore) -> tuple[int, int]:
+    """Copy every workload and record of ``overlay`` into ``team``.
+
+    Parameters
+    ----------
+    overlay
+        The local store.
+    team
+        The team store (writable).
+
+    Returns
+    -------
+    tuple of int
+        The number of records copied, and how many of them were new in ``team``.
 
     Raises
     ------

@@ -12,8 +12,9 @@ import json
 import math
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 from tunecache.errors import InvalidRecordError
 from tunecache.store.keys import HardwareKey, WorkloadKey
@@ -103,7 +104,7 @@ class Provenance:
         }
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Provenance":
+    def from_dict(cls, d: Any) -> Provenance:
         """Decode a provenance dict (validating types)."""
         if not isinstance(d, dict):
             raise InvalidRecordError(f"provenance must be an object, got {type(d).__name__}")
@@ -168,7 +169,7 @@ class Record:
         """Return whether the record holds a successful measurement."""
         return self.latency_s is not None
 
-    def with_latency(self, latency_s: float, cv: float | None = None) -> "Record":
+    def with_latency(self, latency_s: float, cv: float | None = None) -> Record:
         """Return a copy whose ranking latency is ``latency_s`` (e.g. after re-measurement)."""
         return replace(self, latency_s=latency_s, cv=cv)
 
@@ -181,7 +182,7 @@ class Record:
         run_secs: Sequence[float] | None,
         args_info: Any,
         provenance: Provenance,
-    ) -> "Record":
+    ) -> Record:
         """Build a record from a raw measurement, validating the trace and run times."""
         secs = decode_run_secs(run_secs)
         return cls(
@@ -261,7 +262,7 @@ def _plain(value: Any, what: str, depth: int = 0) -> Any:
         return [_plain(v, what, depth + 1) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v, what, depth + 1) for k, v in value.items()}
-    if hasattr(value, "value") and isinstance(getattr(value, "value"), (int, float)):
+    if hasattr(value, "value") and isinstance(value.value, (int, float)):
         return _plain(value.value, what, depth + 1)  # tvm IntImm / FloatImm
     raise InvalidRecordError(f"{what}: unexpected value of type {type(value).__name__}")
 

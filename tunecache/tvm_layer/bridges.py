@@ -12,8 +12,9 @@ loop nests and decision signatures the TVM-free planner (:mod:`tunecache.reuse.p
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tunecache.reuse.loopnest import LoopNest, canonical_roles
 from tunecache.reuse.planner import PlanTask
@@ -86,9 +87,9 @@ def _build_conv(nest: LoopNest, ext: dict[str, int]) -> tuple[list[Any], Any]:
         # No padding: out = (in - 1) * s + k. A stride > 1 adds a dilation block to the task,
         # so keep the source's stride where the extents allow it, else ETO's default of 1.
         strides = []
-        for o, k, s in zip(out_sp, ker, nest.param("strides", (1, 1)) or (1, 1)):
+        for o, k, s in zip(out_sp, ker, nest.param("strides", (1, 1)) or (1, 1), strict=False):
             strides.append(s if s > 1 and o >= k and (o - k) % s == 0 else 1)
-        in_sp = [(o - k) // s + 1 for o, k, s in zip(out_sp, ker, strides)]
+        in_sp = [(o - k) // s + 1 for o, k, s in zip(out_sp, ker, strides, strict=False)]
         if min(in_sp) < 1:
             raise ValueError(f"conv2d_transpose bridge: kernel {ker} larger than output {out_sp}")
         data = te.placeholder((ext["N"], c_in, *in_sp), nest.dtype, name="data")
@@ -96,8 +97,8 @@ def _build_conv(nest: LoopNest, ext: dict[str, int]) -> tuple[list[Any], Any]:
         out = topi.nn.conv2d_transpose_nchw(data, kernel, strides, (0, 0, 0, 0), out_dtype, (0, 0))
         return [data, kernel], out
     in_sp, padding = _conv_padding(nest, out_sp, ker)
-    dsizes = {"N": ext["N"], "C": c_in, **dict(zip(spatial_letters, in_sp))}
-    ksizes = {"O": k_out, "I": c_in // groups, **dict(zip(spatial_letters, ker))}
+    dsizes = {"N": ext["N"], "C": c_in, **dict(zip(spatial_letters, in_sp, strict=False))}
+    ksizes = {"O": k_out, "I": c_in // groups, **dict(zip(spatial_letters, ker, strict=False))}
     data = te.placeholder(_shape_by_layout(data_layout, dsizes), nest.dtype, name="data")
     kernel = te.placeholder(_shape_by_layout(kernel_layout, ksizes), nest.dtype, name="kernel")
     rank = len(out_sp)
@@ -143,7 +144,7 @@ def _build_matmul(nest: LoopNest, ext: dict[str, int]) -> tuple[list[Any], Any]:
     k = te.reduce_axis((0, ext["K"]), name="k")
 
     def compute(*idx: Any) -> Any:
-        pos = dict(zip(out_dims, idx))
+        pos = dict(zip(out_dims, idx, strict=False))
 
         def index(layout: str) -> list[Any]:
             return [k if r == "K" else 0 if r == "1" else pos[(r, i)] for r, i in dims(layout)]
@@ -192,7 +193,7 @@ def _apply_epilogue(out: Any, ops: Sequence[str]) -> tuple[list[Any], Any]:
         elif name in binary and pattern and set(pattern) <= {"x", "1"}:
             tail = shape[len(shape) - len(pattern):]
             operand = te.placeholder(
-                [t if p == "x" else 1 for p, t in zip(pattern, tail)], out.dtype, name=f"p{i}"
+                [t if p == "x" else 1 for p, t in zip(pattern, tail, strict=False)], out.dtype, name=f"p{i}"
             )
             extra.append(operand)
             fn = _binary_fn(out, operand, pattern, binary[name])
@@ -246,7 +247,7 @@ def materialize_bridge(nest: LoopNest, extents: Sequence[int], *, epilogue: bool
             f"materialize_bridge: {nest.family} needs {len(roles)} extents >= 1 "
             f"({', '.join(roles)}), got {list(ext_t)}"
         )
-    ext = dict(zip(roles, ext_t))
+    ext = dict(zip(roles, ext_t, strict=False))
     if nest.family in ("matmul", "batch_matmul"):
         inputs, out = _build_matmul(nest, ext)
     else:
@@ -318,7 +319,7 @@ def check_bridge(bridge_mod: Any, source_mod: Any, target: Any) -> BridgeCheck:
             problems.append(f"source {i} is {nest.family}, the bridge {bridge_nest.family}")
         elif sig != bridge_sig:
             problems.append(f"source {i} has sketch {sig}, the bridge {bridge_sig}")
-        elif not all(x >= y for x, y in zip(nest.extents, bridge_nest.extents)):
+        elif not all(x >= y for x, y in zip(nest.extents, bridge_nest.extents, strict=False)):
             problems.append(
                 f"source {i} extents {list(nest.extents)} do not dominate the bridge's "
                 f"{list(bridge_nest.extents)}"

@@ -13,6 +13,7 @@ from tunecache.errors import InvalidRecordError
 from tunecache.store.keys import DEFAULT_MOD_EQ, HardwareKey, WorkloadDesc, WorkloadKey
 from tunecache.store.records import Provenance, Record, decode_trace
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.tir import primfuncs
 
 __all__ = [
     "workload_of",
@@ -67,11 +68,10 @@ def error_line(err: BaseException) -> str:
 
 
 def _prim_func(mod: Any) -> tuple[str, Any]:
-    tvm = load_tvm()
-    for gv, func in mod.functions.items():
-        if isinstance(func, tvm.tirx.PrimFunc):
-            return gv.name_hint, func
-    raise InvalidRecordError("module has no PrimFunc")
+    funcs = primfuncs(mod)
+    if not funcs:
+        raise InvalidRecordError("module has no PrimFunc")
+    return funcs[0]
 
 
 def describe_module(mod: Any, name: str | None = None) -> WorkloadDesc:
@@ -85,7 +85,8 @@ def describe_module(mod: Any, name: str | None = None) -> WorkloadDesc:
             continue
         shapes.append(tuple(int(x) if hasattr(x, "value") or isinstance(x, int) else -1 for x in buf.shape))
         dtypes.append(str(buf.dtype))
-    family, extents = "other", ()
+    family = "other"
+    extents: tuple[int, ...] = ()
     try:
         from tunecache.tvm_layer.loopnest import analyze
 
@@ -132,7 +133,7 @@ def tuning_record_json(rec: Any) -> list[Any]:
             return [plain(x) for x in obj]
         raise TypeError(f"unexpected {type(obj).__name__} in a tuning record")
 
-    return plain(_ffi_api.TuningRecordAsJSON(rec))  # type: ignore[no-any-return]
+    return plain(_ffi_api.TuningRecordAsJSON(rec))
 
 
 def record_to_tvm(record: Record, workload: Any, target: Any) -> Any:
@@ -172,3 +173,17 @@ def trace_replays(record: Record, mod: Any) -> str | None:
     except Exception as err:  # noqa: BLE001 - any TVM failure means "does not replay"
         return error_line(err)
     return None
+
+
+class _TVMReplayer:
+    """Replays stored traces with TVM, for :func:`tunecache.store._sql.integrity.check_store`."""
+
+    def workload(self, key: WorkloadKey, mod_json: str) -> Any:
+        return workload_from_json(key, mod_json).mod
+
+    def replays(self, record: Record, mod: Any) -> str | None:
+        return trace_replays(record, mod)
+
+
+#: The replayer ``tunecache db check --replay`` hands to the store's integrity check.
+TVM_REPLAYER = _TVMReplayer()

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from tunecache import config
 from tunecache.errors import InvalidRecordError, ReadOnlyStoreError, TunecacheError
+from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Provenance, Record
-from tunecache.store.store import Store
 from tunecache.tvm_layer import load_tvm
 
 __all__ = ["make_database", "CommitEvent", "reraise_store_error"]
@@ -50,7 +51,13 @@ def _database_class() -> Any:
         from tvm.ir.utils import derived_object
         from tvm.s_tir.meta_schedule.database import PyDatabase
 
-        from tunecache.tvm_layer.convert import describe_module, record_from_tvm, record_to_tvm, workload_from_json, workload_of
+        from tunecache.tvm_layer.convert import (
+            describe_module,
+            record_from_tvm,
+            record_to_tvm,
+            workload_from_json,
+            workload_of,
+        )
 
         @derived_object
         class StoreDatabase(PyDatabase):
@@ -58,7 +65,7 @@ def _database_class() -> Any:
 
             def __init__(
                 self,
-                store: Store,
+                store: BaseStore,
                 hardware: HardwareKey,
                 target: Any,
                 provenance: Provenance,
@@ -173,7 +180,7 @@ def _database_class() -> Any:
 
 
 def make_database(
-    store: Store,
+    store: BaseStore,
     hardware: HardwareKey,
     target: Any,
     *,

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.tir import first_primfunc
 
 __all__ = ["CpuFeatures", "CudaFeatures", "cpu_features", "cuda_features"]
 
@@ -121,14 +122,8 @@ class _BlockSite:
 
 
 def _prim_func(sch_or_mod: Any) -> Any:
-    tvm = load_tvm()
     mod = sch_or_mod.mod if hasattr(sch_or_mod, "mod") and hasattr(sch_or_mod, "trace") else sch_or_mod
-    if isinstance(mod, tvm.tirx.PrimFunc):
-        return mod
-    for _, func in mod.functions.items():
-        if isinstance(func, tvm.tirx.PrimFunc):
-            return func
-    raise ValueError("the module holds no PrimFunc")
+    return first_primfunc(mod)
 
 
 def _int(expr: Any) -> int | None:
@@ -236,11 +231,11 @@ def _footprint(sites: list[tuple[_BlockSite, int]]) -> int:
     for site, inner_from in sites:
         loop_dom = {}
         for depth, loop in enumerate(site.loops):
-            hi = loop.extent - 1 if depth >= inner_from else 0
-            loop_dom[loop.var] = sym.IntervalSet(0, max(0, hi))
+            top = loop.extent - 1 if depth >= inner_from else 0
+            loop_dom[loop.var] = sym.IntervalSet(0, max(0, top))
         block = site.realize.block
         iter_dom = {}
-        for iv, value in zip(block.iter_vars, site.realize.iter_values):
+        for iv, value in zip(block.iter_vars, site.realize.iter_values, strict=False):
             s = analyzer.int_set(value, loop_dom)
             lo, hi = _int(s.min_value), _int(s.max_value)
             if lo is None or hi is None:
@@ -259,7 +254,7 @@ def _footprint(sites: list[tuple[_BlockSite, int]]) -> int:
             if prev is None:
                 boxes[buf] = (buf, box)
             else:
-                merged = [(min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(prev[1], box)]
+                merged = [(min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(prev[1], box, strict=False)]
                 boxes[buf] = (buf, merged)
     total = 0
     for buf, box in boxes.values():
@@ -331,7 +326,7 @@ def cpu_features(sch_or_mod: Any, target: Any = None) -> CpuFeatures:
     # Inner tile: everything under one iteration of the outermost reduction loop in the item.
     reduce_vars = [
         v
-        for iv, value in zip(main.realize.block.iter_vars, main.realize.iter_values)
+        for iv, value in zip(main.realize.block.iter_vars, main.realize.iter_values, strict=False)
         if _is_reduce_iter(iv)
         for v in _free_vars(value)
     ]

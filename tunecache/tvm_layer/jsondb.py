@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tunecache.errors import ImportFormatError, InvalidRecordError, TunecacheError
+from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, HostFingerprint, WorkloadKey
 from tunecache.store.records import Provenance, Record, decode_json_text
-from tunecache.store.store import Store
 
 __all__ = ["ImportReport", "import_jsondb", "export_jsondb", "WORKLOAD_FILE", "RECORD_FILE", "SIDECAR_FILE"]
 
@@ -55,7 +56,7 @@ def _lines(path: Path) -> list[str]:
 
 
 def import_jsondb(
-    store: Store,
+    store: BaseStore,
     directory: str | os.PathLike[str],
     *,
     fingerprint: HostFingerprint | None = None,
@@ -155,8 +156,8 @@ def import_jsondb(
                 if not isinstance(target_json, dict) or "kind" not in target_json:
                     raise InvalidRecordError(f"{where}: record has no target")
                 tkey = json.dumps(target_json, sort_keys=True)
-                hw = hw_cache.get(tkey)
-                if hw is None:
+                cached = hw_cache.get(tkey)
+                if cached is None:
                     try:
                         target = tvm.target.Target(target_json)
                     except Exception as err:  # noqa: BLE001 - TVM rejects bad targets with its own errors
@@ -167,16 +168,19 @@ def import_jsondb(
                     if tvm_version is not None:
                         hw = replace(hw, tvm_version=tvm_version)
                     hw_cache[tkey] = hw
+                else:
+                    hw = cached
                 prov = Provenance(kind="imported", tvm_version=hw.tvm_version)
-            rec = Record.from_measurement(key, hw, trace, run_secs, args_info, replace(prov, kind="imported") if prov.kind == "tuned" and meta is None else prov)
+            kept = replace(prov, kind="imported") if prov.kind == "tuned" and meta is None else prov
+            rec = Record.from_measurement(key, hw, trace, run_secs, args_info, kept)
             if meta is not None and isinstance(meta.get("uid"), str) and len(meta["uid"]) <= 32:
                 rec = replace(rec, uid=meta["uid"])
             if meta is not None and isinstance(meta.get("latency_s"), (int, float)) and rec.latency_s is not None:
                 rec = replace(rec, latency_s=float(meta["latency_s"]))
             if check_replay:
-                err = trace_replays(rec, mod)
-                if err is not None:
-                    raise InvalidRecordError(f"{where}: trace does not replay on its workload: {err}")
+                replay_err = trace_replays(rec, mod)
+                if replay_err is not None:
+                    raise InvalidRecordError(f"{where}: trace does not replay on its workload: {replay_err}")
             records.append(rec)
         except TunecacheError as err:
             errors.append(f"{where}: {err}" if not str(err).startswith(where) else str(err))
@@ -187,7 +191,7 @@ def import_jsondb(
 
 
 def export_jsondb(
-    store: Store,
+    store: BaseStore,
     directory: str | os.PathLike[str],
     *,
     hardware: HardwareKey | str | None = None,
@@ -214,10 +218,12 @@ def export_jsondb(
             wl_lines.append(json.dumps([r.workload.shash, sw.mod_json]))
         run_secs = list(r.run_secs) if r.run_secs else ([r.latency_s] if r.latency_s is not None else [])
         rec_lines.append(
-            json.dumps([wl_index[r.workload], [r.trace, run_secs, json.loads(r.hardware.target), r.args_info]], separators=(",", ":"))
+            json.dumps([wl_index[r.workload], [r.trace, run_secs, json.loads(r.hardware.target), r.args_info]],
+                       separators=(",", ":"))
         )
         side.append(
-            {"uid": r.uid, "hardware": r.hardware.to_dict(), "provenance": r.provenance.to_dict(), "latency_s": r.latency_s}
+            {"uid": r.uid, "hardware": r.hardware.to_dict(), "provenance": r.provenance.to_dict(),
+             "latency_s": r.latency_s}
         )
     for name, content in (
         (WORKLOAD_FILE, "\n".join(wl_lines) + ("\n" if wl_lines else "")),

@@ -1,66 +1,52 @@
 """The TIR side of loop-nest analysis: :func:`analyze` walks a PrimFunc and returns the
 TVM-free :class:`~tunecache.reuse.loopnest.LoopNest` of its major block (ETO Definition 1; the
-families and canonical extents are documented in :mod:`tunecache.reuse.loopnest`)."""
+families and canonical extents are documented in :mod:`tunecache.reuse.loopnest`).
+
+This module classifies the operator (anchor selection, convolution and matmul roles, padding,
+epilogue, the shape-independent signature); reading TIR (blocks, loads, linear index forms) is
+in :mod:`tunecache.tvm_layer.tir`."""
 
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from tunecache.reuse.loopnest import _CANONICAL, LoopNest
+from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.tir import (
+    Block,
+    buffer_dtype,
+    buffer_loads,
+    buffer_shape,
+    call_class,
+    collect_blocks,
+    expr_children,
+    linear_form,
+    load_buffer,
+    load_class,
+    primfuncs,
+    vars_in,
+    walk_expr,
+)
 
 __all__ = ["analyze"]
 
 # --------------------------------------------------------------------------------------------
-# TIR walking (no TVM import at module level: callers import TVM through load_tvm first)
-
-
-@dataclass
-class _Block:
-    block: Any  # tvm.s_tir.SBlock
-    name: str
-    iters: list[Any]  # IterVar
-    extents: list[int]
-    kinds: list[str]  # "S" / "R" / "O"
-    store: Any | None  # BufferStore or None
-
-    @property
-    def work(self) -> int:
-        return math.prod(self.extents) if self.extents else 1
-
-    @property
-    def is_reduction(self) -> bool:
-        return "R" in self.kinds
-
-    @property
-    def vars(self) -> list[Any]:
-        return [iv.var for iv in self.iters]
-
-    @property
-    def extent_of(self) -> dict[Any, int]:
-        return {iv.var: e for iv, e in zip(self.iters, self.extents)}
-
-
-def _tvm() -> Any:
-    from tunecache.tvm_layer import load_tvm
-
-    return load_tvm()
+# The PrimFunc to analyze (no TVM import at module level: callers import TVM through load_tvm)
 
 
 def _as_primfunc(mod_or_func: Any) -> Any:
-    tvm = _tvm()
+    """Return the PrimFunc to analyze: ``mod_or_func`` itself, the module's only PrimFunc, or
+    the one named ``main`` (stricter than :func:`~tunecache.tvm_layer.tir.first_primfunc`,
+    which takes the first: a module of several kernels is ambiguous here)."""
+    tvm = load_tvm()
     from tvm.tirx import PrimFunc
 
     if isinstance(mod_or_func, PrimFunc):
         return mod_or_func
     if isinstance(mod_or_func, tvm.IRModule):
-        funcs = [
-            (gv.name_hint, f)
-            for gv, f in mod_or_func.functions.items()
-            if isinstance(f, PrimFunc)
-        ]
+        funcs = primfuncs(mod_or_func)
         if not funcs:
             raise ValueError("analyze: the IRModule holds no PrimFunc (legalize and fuse it first)")
         for name, f in funcs:
@@ -75,171 +61,19 @@ def _as_primfunc(mod_or_func: Any) -> Any:
     raise TypeError(f"analyze expects a tvm IRModule or PrimFunc, got {type(mod_or_func).__name__}")
 
 
-def _const_int(expr: Any, what: str) -> int:
-    from tvm.tirx import IntImm
-
-    if isinstance(expr, IntImm):
-        return int(expr.value)
-    if isinstance(expr, int):
-        return expr
-    from tunecache.errors import UnsupportedModelError
-
-    raise UnsupportedModelError(
-        f"{what} is symbolic ({expr}); tunecache only plans reuse for static shapes: "
-        "export the model with concrete input shapes"
-    )
-
-
-def _collect_blocks(func: Any) -> list[_Block]:
-    from tvm.s_tir import SBlock, SBlockRealize
-    from tvm.tirx import BufferStore, IterVar
-
-    out: list[_Block] = []
-
-    def visit(stmt: Any) -> None:
-        if stmt is None:
-            return
-        if isinstance(stmt, SBlockRealize):
-            visit(stmt.block)
-            return
-        if isinstance(stmt, SBlock):
-            if stmt.iter_vars or isinstance(stmt.body, BufferStore):
-                iters = list(stmt.iter_vars)
-                kinds = []
-                for iv in iters:
-                    t = int(iv.iter_type)
-                    kinds.append(
-                        "S" if t == IterVar.DataPar else "R" if t == IterVar.CommReduce else "O"
-                    )
-                extents = [
-                    _const_int(iv.dom.extent, f"extent of {iv.var} in block {stmt.name_hint}")
-                    for iv in iters
-                ]
-                store = stmt.body if isinstance(stmt.body, BufferStore) else None
-                out.append(_Block(stmt, str(stmt.name_hint), iters, extents, kinds, store))
-            visit(stmt.body)
-            return
-        for attr in ("seq",):
-            if hasattr(stmt, attr):
-                for s in getattr(stmt, attr):
-                    visit(s)
-                return
-        for attr in ("body", "then_case", "else_case"):
-            if hasattr(stmt, attr):
-                visit(getattr(stmt, attr))
-
-    visit(func.body)
-    return out
-
-
-def _load_cls() -> Any:
-    from tvm.ir.expr import TensorLoad  # TVM 0.27: tirx loads are TensorLoad(source, indices)
-
-    return TensorLoad
-
-
-def _call_cls() -> Any:
-    from tvm.ir.expr import Call
-
-    return Call
-
-
-def _buf(load: Any) -> Any:
-    """Return the buffer a load reads (``source`` in TVM 0.27)."""
-    return load.source
-
-
-def _shape(buffer: Any) -> list[int]:
-    return [_const_int(s, "buffer shape") for s in buffer.ty.shape]
-
-
-def _dtype(buffer: Any) -> str:
-    return str(buffer.ty.dtype)
-
-
-def _children(expr: Any) -> list[Any]:
-    from tvm.tirx import Cast, Let, Select
-
-    BufferLoad, Call = _load_cls(), _call_cls()
-
-    if isinstance(expr, BufferLoad):
-        return list(expr.indices)
-    if isinstance(expr, Cast):
-        return [expr.value]
-    if isinstance(expr, Call):
-        return list(expr.args)
-    if isinstance(expr, Select):
-        return [expr.condition, expr.true_value, expr.false_value]
-    if isinstance(expr, Let):
-        return [expr.value, expr.body]
-    kids = []
-    for attr in ("a", "b"):
-        if hasattr(expr, attr):
-            kids.append(getattr(expr, attr))
-    return kids
-
-
-def _walk(expr: Any) -> Iterator[Any]:
-    yield expr
-    for c in _children(expr):
-        yield from _walk(c)
-
-
-def _loads(expr: Any) -> list[Any]:
-    BufferLoad = _load_cls()
-    return [e for e in _walk(expr) if isinstance(e, BufferLoad)]
-
-
-def _vars_in(expr: Any) -> set[Any]:
-    from tvm.tirx import Var
-
-    return {e for e in _walk(expr) if isinstance(e, Var)}
-
-
-def _linear(expr: Any) -> tuple[dict[Any, int], int] | None:
-    """Decompose ``expr`` as ``sum(coef * var) + const``; ``None`` when it is not linear."""
-    from tvm.tirx import Add, Cast, IntImm, Mul, Sub, Var
-
-    if isinstance(expr, IntImm):
-        return {}, int(expr.value)
-    if isinstance(expr, Var):
-        return {expr: 1}, 0
-    if isinstance(expr, Cast):
-        return _linear(expr.value)
-    if isinstance(expr, (Add, Sub)):
-        a, b = _linear(expr.a), _linear(expr.b)
-        if a is None or b is None:
-            return None
-        sign = 1 if isinstance(expr, Add) else -1
-        coefs = dict(a[0])
-        for v, c in b[0].items():
-            coefs[v] = coefs.get(v, 0) + sign * c
-        return {v: c for v, c in coefs.items() if c != 0}, a[1] + sign * b[1]
-    if isinstance(expr, Mul):
-        a, b = _linear(expr.a), _linear(expr.b)
-        if a is None or b is None:
-            return None
-        if not a[0]:
-            a, b = b, a
-        if b[0]:
-            return None  # var * var
-        return {v: c * b[1] for v, c in a[0].items()}, a[1] * b[1]
-    return None
-
-
 # --------------------------------------------------------------------------------------------
 # Anchor selection
 
 _NAME_HINTS = ("conv", "matmul", "dense", "gemm", "bmm")
 
 
-def _pick_anchor(blocks: list[_Block]) -> _Block:
+def _pick_anchor(blocks: list[Block]) -> Block:
     if not blocks:
         raise ValueError("analyze: the PrimFunc has no computation block")
     reductions = [b for b in blocks if b.is_reduction and b.store is not None]
     pool = reductions or [b for b in blocks if b.store is not None] or blocks
 
-    def score(b: _Block) -> tuple[int, int]:
+    def score(b: Block) -> tuple[int, int]:
         hinted = any(h in b.name.lower() for h in _NAME_HINTS)
         return (b.work, int(hinted))
 
@@ -262,7 +96,7 @@ class _Result:
 
 def _strip_operand(expr: Any) -> Any | None:
     """Return the single BufferLoad an operand of the product reads (through casts etc.)."""
-    loads = _loads(expr)
+    loads = buffer_loads(expr)
     return loads[0] if len(loads) == 1 else None
 
 
@@ -270,46 +104,49 @@ def _product_operands(store: Any) -> tuple[Any, Any] | None:
     """For ``out = out + x * y`` return the loads ``x`` and ``y``, else ``None``."""
     from tvm.tirx import Add, Cast, Mul
 
-    BufferLoad = _load_cls()
+    BufferLoad = load_class()
     value = store.value
     if not isinstance(value, Add):
         return None
     acc, term = value.a, value.b
-    if not (isinstance(acc, BufferLoad) and _buf(acc).same_as(store.buffer)):
+    if not (isinstance(acc, BufferLoad) and load_buffer(acc).same_as(store.buffer)):
         acc, term = term, acc
-        if not (isinstance(acc, BufferLoad) and _buf(acc).same_as(store.buffer)):
+        if not (isinstance(acc, BufferLoad) and load_buffer(acc).same_as(store.buffer)):
             return None
     while isinstance(term, Cast):
         term = term.value
     if not isinstance(term, Mul):
         return None
     x, y = _strip_operand(term.a), _strip_operand(term.b)
-    if x is None or y is None or _buf(x).same_as(store.buffer) or _buf(y).same_as(store.buffer):
+    if x is None or y is None:
+        return None
+    if load_buffer(x).same_as(store.buffer) or load_buffer(y).same_as(store.buffer):
         return None
     return x, y
 
 
-def _producer(blocks: list[_Block], buffer: Any) -> _Block | None:
+def _producer(blocks: list[Block], buffer: Any) -> Block | None:
     for b in blocks:
         if b.store is not None and b.store.buffer.same_as(buffer):
             return b
     return None
 
 
-def _is_flipped_kernel(blocks: list[_Block], weight_load: Any) -> bool:
+def _is_flipped_kernel(blocks: list[Block], weight_load: Any) -> bool:
     """True when the weight is a block's copy of another buffer read as ``const - var``."""
-    prod = _producer(blocks, _buf(weight_load))
+    prod = _producer(blocks, load_buffer(weight_load))
     if prod is None:
         return False
-    for load in _loads(prod.store.value):
+    assert prod.store is not None  # _producer only returns blocks that store
+    for load in buffer_loads(prod.store.value):
         for idx in load.indices:
-            lin = _linear(idx)
+            lin = linear_form(idx)
             if lin and len(lin[0]) == 1 and next(iter(lin[0].values())) < 0 and lin[1] > 0:
                 return True
     return False
 
 
-def _dilate_factors(blocks: list[_Block], buffer: Any, rank: int) -> tuple[int, ...]:
+def _dilate_factors(blocks: list[Block], buffer: Any, rank: int) -> tuple[int, ...]:
     from tvm.tirx import FloorDiv, IntImm
 
     seen = 0
@@ -317,19 +154,20 @@ def _dilate_factors(blocks: list[_Block], buffer: Any, rank: int) -> tuple[int, 
         prod = _producer(blocks, buffer)
         if prod is None:
             break
+        assert prod.store is not None  # _producer only returns blocks that store
         factors = [
             int(e.b.value)
-            for ld in _loads(prod.store.value)
+            for ld in buffer_loads(prod.store.value)
             for idx in ld.indices
-            for e in _walk(idx)
+            for e in walk_expr(idx)
             if isinstance(e, FloorDiv) and isinstance(e.b, IntImm)
         ]
         if len(factors) >= rank:
             return tuple(factors[-rank:])
-        srcs = _loads(prod.store.value)
+        srcs = buffer_loads(prod.store.value)
         if len(srcs) != 1:
             break
-        buffer, seen = _buf(srcs[0]), seen + 1
+        buffer, seen = load_buffer(srcs[0]), seen + 1
     return (1,) * rank
 
 
@@ -338,14 +176,14 @@ def _among(v: Any, items: Any) -> bool:
 
 
 def _classify_conv(
-    blocks: list[_Block], anchor: _Block, kind: dict[Any, str], x: Any, w: Any
+    blocks: list[Block], anchor: Block, kind: dict[Any, str], x: Any, w: Any
 ) -> _Result | None:
     """Classify a product whose operand ``x`` has window indices (``oh*s + kh*d``)."""
     windows: list[tuple[Any, Any, int, int]] = []  # (space var, red var, stride, dilation)
     window_dims: list[int] = []
-    w_vars = set().union(set(), *(_vars_in(i) for i in w.indices))
+    w_vars = set().union(set(), *(vars_in(i) for i in w.indices))
     for dim, idx in enumerate(x.indices):
-        lin = _linear(idx)
+        lin = linear_form(idx)
         if lin is None:
             continue
         coefs = lin[0]
@@ -366,6 +204,7 @@ def _classify_conv(
     rank = len(windows)
     if not 1 <= rank <= 3:
         return None
+    assert anchor.store is not None  # analyze() only classifies an anchor that stores
     out_vars = list(anchor.store.indices)
     if not all(kind.get(v) == "S" for v in out_vars if hasattr(v, "name")):
         return None
@@ -374,7 +213,7 @@ def _classify_conv(
     roles: dict[Any, str] = {}
     space_names = ("OD", "OH", "OW")[3 - rank:]
     kernel_names = ("KD", "KH", "KW")[3 - rank:]
-    for (s, r, _, _), sn, kn in zip(windows, space_names, kernel_names):
+    for (s, r, _, _), sn, kn in zip(windows, space_names, kernel_names, strict=False):
         roles[s], roles[r] = sn, kn
     # The output channel: the one space variable (outside the windows) the weight reads.
     out_chan = [
@@ -390,7 +229,7 @@ def _classify_conv(
     for d, idx in enumerate(x.indices):
         if d in window_dims:
             continue
-        vs = _vars_in(idx)
+        vs = vars_in(idx)
         if any(kind.get(v) == "R" for v in vs) or _among(k_var, vs):
             if chan_dim is not None:
                 return None
@@ -420,7 +259,7 @@ def _classify_conv(
     w_letters = {"K": "O", "C": "I", "KD": "D", "KH": "H", "KW": "W"}
     layout_w = ""
     for idx in w.indices:
-        vs = _vars_in(idx)
+        vs = vars_in(idx)
         rs = [roles.get(v) for v in vs]
         layout_w += "".join(w_letters.get(r, "") for r in rs if r in w_letters) or "I"
     layout = f"{layout_out}/{layout_w}"
@@ -429,7 +268,7 @@ def _classify_conv(
     if grouped:
         if rank != 2:
             return None
-        c_total = _shape(_buf(x))[chan_dim]
+        c_total = buffer_shape(load_buffer(x))[chan_dim]
         c_per_group = anchor.extent_of[red_chan[0]] if red_chan else 1
         groups = c_total // c_per_group
         k_total = anchor.extent_of[k_var]
@@ -446,13 +285,13 @@ def _classify_conv(
         family = "conv2d_transpose"
         # The anchor is a stride-1 conv over the dilated input; the transpose's stride is the
         # dilation factor of the data (``x[h // s]`` in the producer chain).
-        params["strides"] = _dilate_factors(blocks, _buf(x), rank)
-    return _Result(family, roles, layout, params, _dtype(_buf(x)), role_sizes)
+        params["strides"] = _dilate_factors(blocks, load_buffer(x), rank)
+    return _Result(family, roles, layout, params, buffer_dtype(load_buffer(x)), role_sizes)
 
 
-def _classify_matmul(anchor: _Block, kind: dict[Any, str], a: Any, b: Any) -> _Result | None:
-    a_vars = set().union(set(), *(_vars_in(i) for i in a.indices))
-    b_vars = set().union(set(), *(_vars_in(i) for i in b.indices))
+def _classify_matmul(anchor: Block, kind: dict[Any, str], a: Any, b: Any) -> _Result | None:
+    a_vars = set().union(set(), *(vars_in(i) for i in a.indices))
+    b_vars = set().union(set(), *(vars_in(i) for i in b.indices))
     roles: dict[Any, str] = {}
     for v in anchor.vars:
         in_a, in_b = v in a_vars, v in b_vars
@@ -481,13 +320,13 @@ def _classify_matmul(anchor: _Block, kind: dict[Any, str], a: Any, b: Any) -> _R
     def operand_layout(load: Any, letters: str) -> str:
         text = ""
         for idx in load.indices:
-            vs = _vars_in(idx)
+            vs = vars_in(idx)
             rs = {roles.get(v) for v in vs}
             text += "".join(r for r in ("B", "M", "N", "K") if r in rs and r in letters) or "1"
         return text
 
     layout = f"{operand_layout(a, 'BMK')}/{operand_layout(b, 'BNK')}"
-    return _Result(family, roles, layout, {}, _dtype(_buf(a)))
+    return _Result(family, roles, layout, {}, buffer_dtype(load_buffer(a)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -497,9 +336,9 @@ def _classify_matmul(anchor: _Block, kind: dict[Any, str], a: Any, b: Any) -> _R
 def _expr_text(expr: Any, names: dict[Any, str], bufs: dict[Any, str]) -> str:
     from tvm.tirx import Cast, FloatImm, IntImm, Var
 
-    BufferLoad, Call = _load_cls(), _call_cls()
+    BufferLoad, Call = load_class(), call_class()
     if isinstance(expr, BufferLoad):
-        key = _buf_key(_buf(expr), bufs)
+        key = _buf_key(load_buffer(expr), bufs)
         return f"{key}[{','.join(_expr_text(i, names, bufs) for i in expr.indices)}]"
     if isinstance(expr, Var):
         return names.get(expr, "v")
@@ -510,7 +349,7 @@ def _expr_text(expr: Any, names: dict[Any, str], bufs: dict[Any, str]) -> str:
     if isinstance(expr, Call):
         op = getattr(expr.op, "name", str(expr.op))
         return f"{op}({','.join(_expr_text(a, names, bufs) for a in expr.args)})"
-    kids = _children(expr)
+    kids = expr_children(expr)
     return f"{type(expr).__name__}({','.join(_expr_text(k, names, bufs) for k in kids)})"
 
 
@@ -523,7 +362,7 @@ def _buf_key(buffer: Any, bufs: dict[Any, str]) -> str:
     return name
 
 
-def _block_text(block: _Block, names: dict[Any, str], bufs: dict[Any, str]) -> str:
+def _block_text(block: Block, names: dict[Any, str], bufs: dict[Any, str]) -> str:
     if block.store is None:
         return f"{''.join(block.kinds)}:?"
     store = block.store
@@ -555,36 +394,37 @@ def _broadcast_pattern(operand_shape: list[int], out_shape: list[int]) -> str:
     if len(tail) != len(operand_shape):
         return "?" * len(operand_shape)
     return "".join(
-        "x" if o == t and t != 1 else "1" if o == 1 else "?" for o, t in zip(operand_shape, tail)
+        "x" if o == t and t != 1 else "1" if o == 1 else "?" for o, t in zip(operand_shape, tail, strict=False)
     )
 
 
-def _epilogue(blocks: list[_Block], anchor: _Block) -> tuple[str, ...]:
+def _epilogue(blocks: list[Block], anchor: Block) -> tuple[str, ...]:
     """Describe the blocks computed from the anchor's output, in order (shape independent)."""
     from tvm.tirx import FloatImm, IntImm, Max
 
-    Call = _call_cls()
+    Call = call_class()
     idx = next(i for i, b in enumerate(blocks) if b is anchor)
     produced = [anchor.store.buffer] if anchor.store is not None else []
-    out_shape = _shape(anchor.store.buffer) if anchor.store is not None else []
+    out_shape = buffer_shape(anchor.store.buffer) if anchor.store is not None else []
     ops: list[str] = []
     for b in blocks[idx + 1:]:
         if b.store is None:
             ops.append("other")
             continue
         value = b.store.value
-        loads = _loads(value)
-        if not any(any(_buf(ld).same_as(p) for p in produced) for ld in loads):
+        loads = buffer_loads(value)
+        if not any(any(load_buffer(ld).same_as(p) for p in produced) for ld in loads):
             continue
         produced.append(b.store.buffer)
-        others = [ld for ld in loads if not any(_buf(ld).same_as(p) for p in produced)]
+        others = [ld for ld in loads if not any(load_buffer(ld).same_as(p) for p in produced)]
         opname = type(value).__name__.lower()
         consts = [c for c in (getattr(value, "a", None), getattr(value, "b", None))
                   if isinstance(c, (FloatImm, IntImm))]
         if isinstance(value, Max) and consts:
             ops.append("relu")
         elif len(others) == 1 and hasattr(value, "a") and hasattr(value, "b"):
-            ops.append(f"{opname}:{_broadcast_pattern(_shape(_buf(others[0])), out_shape)}")
+            pattern = _broadcast_pattern(buffer_shape(load_buffer(others[0])), out_shape)
+            ops.append(f"{opname}:{pattern}")
         elif not others and isinstance(value, Call):
             ops.append(str(getattr(value.op, "name", "call")).split(".")[-1])
         elif not others:
@@ -594,23 +434,24 @@ def _epilogue(blocks: list[_Block], anchor: _Block) -> tuple[str, ...]:
     return tuple(ops)
 
 
-def _padding(blocks: list[_Block], x: Any, window_dims: list[int]) -> tuple[int, ...] | None:
+def _padding(blocks: list[Block], x: Any, window_dims: list[int]) -> tuple[int, ...] | None:
     """Return ``(before..., after...)`` padding of the data operand, or ``None`` if unpadded.
 
     Read from the block producing the data (``pad_temp``): it reads the input at
     ``h - before`` under an ``if_then_else``; ``after`` follows from the two shapes.
     """
-    prod = _producer(blocks, _buf(x))
+    prod = _producer(blocks, load_buffer(x))
     if prod is None:
         return None
-    srcs = _loads(prod.store.value)
+    assert prod.store is not None  # _producer only returns blocks that store
+    srcs = buffer_loads(prod.store.value)
     if len(srcs) != 1 or len(srcs[0].indices) != len(prod.store.indices):
         return None
     src = srcs[0]
-    pad_shape, src_shape = _shape(prod.store.buffer), _shape(_buf(src))
+    pad_shape, src_shape = buffer_shape(prod.store.buffer), buffer_shape(load_buffer(src))
     before, after = [], []
     for d in window_dims:
-        lin = _linear(src.indices[d])
+        lin = linear_form(src.indices[d])
         b = -lin[1] if lin is not None else 0
         before.append(b)
         after.append(pad_shape[d] - src_shape[d] - b)
@@ -654,9 +495,9 @@ def analyze(mod_or_primfunc: Any) -> LoopNest:
     (64, 16, 32)
     """
     func = _as_primfunc(mod_or_primfunc)
-    blocks = _collect_blocks(func)
+    blocks = collect_blocks(func)
     anchor = _pick_anchor(blocks)
-    kind = {iv.var: k for iv, k in zip(anchor.iters, anchor.kinds)}
+    kind = {iv.var: k for iv, k in zip(anchor.iters, anchor.kinds, strict=False)}
 
     result: _Result | None = None
     if anchor.store is not None and anchor.is_reduction:
@@ -668,12 +509,12 @@ def analyze(mod_or_primfunc: Any) -> LoopNest:
             if result is None and not any(_is_window(i, kind) for ld in ops for i in ld.indices):
                 result = _classify_matmul(anchor, kind, x, y)
 
-    out_dtype = _dtype(anchor.store.buffer) if anchor.store is not None else ""
+    out_dtype = buffer_dtype(anchor.store.buffer) if anchor.store is not None else ""
     if result is None:
         roles = tuple(anchor.kinds)
-        space = tuple(e for e, k in zip(anchor.extents, anchor.kinds) if k != "R")
-        red = tuple(e for e, k in zip(anchor.extents, anchor.kinds) if k == "R")
-        names = {v: f"{k}{i}" for i, (v, k) in enumerate(zip(anchor.vars, anchor.kinds))}
+        space = tuple(e for e, k in zip(anchor.extents, anchor.kinds, strict=False) if k != "R")
+        red = tuple(e for e, k in zip(anchor.extents, anchor.kinds, strict=False) if k == "R")
+        names = {v: f"{k}{i}" for i, (v, k) in enumerate(zip(anchor.vars, anchor.kinds, strict=False))}
         text = ";".join(_block_text(b, names, {}) for b in blocks)
         return LoopNest(
             family="other",
@@ -720,7 +561,7 @@ def analyze(mod_or_primfunc: Any) -> LoopNest:
 
 
 def _is_window(idx: Any, kind: dict[Any, str]) -> bool:
-    lin = _linear(idx)
+    lin = linear_form(idx)
     if lin is None:
         return False
     ks = [kind.get(v) for v in lin[0]]

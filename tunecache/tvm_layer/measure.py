@@ -47,6 +47,7 @@ __all__ = [
     "make_builder",
     "make_runner",
     "measure_mods",
+    "rpc_runner",
 ]
 
 #: Seconds one candidate may take to compile in a warm worker (a matmul takes 0.05-0.3 s).
@@ -412,3 +413,40 @@ def measure_mods(mods: Sequence[Any], target: Any, *, builder: Any, runner: Any)
             if result.artifact_path is not None:
                 shutil.rmtree(os.path.dirname(str(result.artifact_path)), ignore_errors=True)
     return out
+
+
+def rpc_runner(url: str) -> Any:
+    """Build MetaSchedule's RPC runner from ``rpc://HOST:PORT/KEY``.
+
+    Each candidate gets its own session: the builder's ``.tar`` is uploaded, linked into a
+    shared library by the server (its ``load_module`` untars and links, so the server's machine
+    needs a C compiler), run, and removed. A tracker that cannot be reached or has no server
+    under KEY is a :class:`ConfigError` here, not a hang later.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    if u.scheme != "rpc" or not u.hostname or not u.port or not u.path.strip("/"):
+        raise ConfigError(f"--runner {url!r}: expected rpc://HOST:PORT/KEY (a TVM RPC tracker and device key)")
+    load_tvm()
+    from tvm.s_tir import meta_schedule as ms
+
+    key = u.path.strip("/")
+    # One session per candidate; the server kills a session that lasts longer than this.
+    cfg = ms.runner.RPCConfig(tracker_host=u.hostname, tracker_port=u.port, tracker_key=key, session_timeout_sec=120)
+    # Without a server registered under the key, the tracker queues every request forever: check first.
+    probe = ms.runner.RPCConfig(tracker_host=u.hostname, tracker_port=u.port, tracker_key=key, session_timeout_sec=10)
+    try:
+        socket.create_connection((u.hostname, u.port), timeout=5).close()
+        servers = probe.count_num_servers(allow_missing=True)
+    except (ValueError, OSError, RuntimeError) as err:
+        raise ConfigError(f"--runner {url}: cannot reach the TVM RPC tracker at {u.hostname}:{u.port} ({err}); start "
+                          f"one with `python -m tvm.exec.rpc_tracker --host {u.hostname} --port {u.port}`") from err
+    if servers == 0:
+        raise ConfigError(f"--runner {url}: the tracker at {u.hostname}:{u.port} has no RPC server with key {key!r}; "
+                          f"start one on the device with `python -m tvm.exec.rpc_server --tracker "
+                          f"{u.hostname}:{u.port} --key {key}`")
+    # One worker (session) per registered server, so several devices measure a batch in parallel.
+    return ms.runner.RPCRunner(cfg, evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0),
+                               max_workers=servers)

@@ -19,7 +19,8 @@ Nothing is cached on disk; generating a design space takes a few milliseconds.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["OPEN_KINDS", "SAMPLE_KINDS", "as_target", "decision_digest", "decision_signature", "decision_text",
            "decision_texts", "reuse_text", "site_lines", "sketch_set", "sketch_signature", "sketch_texts"]
@@ -83,7 +84,7 @@ def _value_text(value: Any) -> str:
         return repr(value)
     if isinstance(value, (IntImm, FloatImm)):
         return repr(value.value)
-    if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int, float)):
+    if hasattr(value, "value") and isinstance(value.value, (str, int, float)):
         return repr(value.value)
     try:
         items = list(value)

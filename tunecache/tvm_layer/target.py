@@ -46,8 +46,9 @@ import platform
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from tunecache.errors import TargetError
 from tunecache.store.keys import HardwareKey, HostFingerprint, canonical_json
@@ -238,7 +239,7 @@ def _host_mcpu() -> str:
     return str(tvm.target.codegen.llvm_get_system_cpu())
 
 
-def host_cpu_target(num_cores: int | None = None) -> "tvm.target.Target":
+def host_cpu_target(num_cores: int | None = None) -> tvm.target.Target:
     """Return the LLVM target of this host's CPU.
 
     Parameters
@@ -270,7 +271,7 @@ def _tag_for_gpu(gpu: GpuInfo, tags: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _host_cuda_target() -> "tvm.target.Target":
+def _host_cuda_target() -> tvm.target.Target:
     tvm = _tvm()
     gpus = detect_gpus()
     if not gpus:
@@ -313,7 +314,7 @@ def _parse_cli(text: str) -> dict[str, Any]:
     return config
 
 
-def _from_dict(config: Mapping[str, Any]) -> "tvm.target.Target":
+def _from_dict(config: Mapping[str, Any]) -> tvm.target.Target:
     if "kind" not in config:
         raise TargetError(
             f"target dict {dict(config)!r} has no 'kind'; accepted forms: {_ACCEPTED}"
@@ -335,7 +336,7 @@ def _from_dict(config: Mapping[str, Any]) -> "tvm.target.Target":
         ) from err
 
 
-def resolve_target(target: TargetLike = None) -> "tvm.target.Target":
+def resolve_target(target: TargetLike = None) -> tvm.target.Target:
     """Turn a target as a user writes it into a ``tvm.target.Target``.
 
     Parameters

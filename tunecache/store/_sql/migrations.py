@@ -7,43 +7,55 @@ version ``n`` and leaves it at ``n + 1``; all steps of one upgrade run in one tr
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, create_engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from tunecache.errors import SchemaVersionError, StoreError
-from tunecache.store.schema import SCHEMA_VERSION
+from tunecache.store._sql.engine import normalize_url
+from tunecache.store._sql.schema import SCHEMA_VERSION, Base, ClaimRow
 
 __all__ = ["MIGRATIONS", "upgrade"]
 
+
 def _v1_to_v2(conn: Connection) -> None:
     """Schema 2 adds the task-claim table used by ``tunecache warm``."""
-    from tunecache.store.schema import ClaimRow
-
-    ClaimRow.__table__.create(conn, checkfirst=True)
+    Base.metadata.tables[ClaimRow.__tablename__].create(conn, checkfirst=True)
 
 
 #: version n -> function upgrading n to n + 1
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
 
 
-def upgrade(url: "str | os.PathLike[str] | None") -> tuple[int, int]:
-    """Upgrade the store at ``url`` to :data:`SCHEMA_VERSION`; return (old, new) versions.
+def upgrade(url: str | os.PathLike[str] | None) -> tuple[int, int]:
+    """Upgrade the store at ``url`` to :data:`SCHEMA_VERSION`.
+
+    An empty database gets a fresh schema.
+
+    Parameters
+    ----------
+    url
+        The store's location (see :func:`~tunecache.store.normalize_url`).
+
+    Returns
+    -------
+    tuple of int
+        The schema versions before and after.
 
     Raises
     ------
     SchemaVersionError
         If the store is newer than this tunecache, or a step is missing.
+    StoreError
+        If the database fails (nothing was changed).
     """
-    from tunecache.store.store import Store, normalize_url
-
-    from sqlalchemy import create_engine
+    from tunecache.store._sql.store import Store
 
     engine = create_engine(normalize_url(url))
     try:
         with engine.begin() as conn:
-            has = engine.dialect.has_table(conn, "tc_meta")
-            if not has:
+            if not engine.dialect.has_table(conn, "tc_meta"):
                 conn.close()
                 Store(url).close()  # creates a fresh schema
                 return SCHEMA_VERSION, SCHEMA_VERSION
@@ -64,9 +76,8 @@ def upgrade(url: "str | os.PathLike[str] | None") -> tuple[int, int]:
             return old, v
     except SchemaVersionError:
         raise
-    except Exception as err:  # noqa: BLE001 - any database error becomes a StoreError
+    except (StoreError, SQLAlchemyError, OSError, ValueError) as err:
+        # A database error, or a version row that is not a number.
         raise StoreError(f"upgrade of {url} failed (nothing was changed): {err}") from err
     finally:
         engine.dispose()
-
-

@@ -1,10 +1,12 @@
-"""SQLAlchemy 2.0 tables of the store, and the schema version they make.
+"""SQLAlchemy 2.0 tables of the store, the schema version they make, and creating them.
 
 Bump :data:`SCHEMA_VERSION` with every change and add a migration to
-``tunecache/store/migrations.py``; ``tunecache db upgrade`` runs them.
+``tunecache/store/_sql/migrations.py``; ``tunecache db upgrade`` runs them.
 """
 
 from __future__ import annotations
+
+import time
 
 from sqlalchemy import (
     Boolean,
@@ -16,9 +18,22 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-__all__ = ["SCHEMA_VERSION", "Base", "MetaRow", "WorkloadRow", "HardwareRow", "RecordRow", "ClaimRow"]
+from tunecache.errors import SchemaVersionError, StoreError
+from tunecache.store._sql.engine import Database
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Base",
+    "MetaRow",
+    "WorkloadRow",
+    "HardwareRow",
+    "RecordRow",
+    "ClaimRow",
+    "ensure_schema",
+    "read_version",
+]
 
 #: Version of the tables below. 1 is the first released schema; 2 added ``tc_claim``.
 SCHEMA_VERSION = 2
@@ -111,3 +126,95 @@ class ClaimRow(Base):
     #: The task's search finished (its budget was spent or it converged): a resumed warm treats
     #: it as a hit; a task with records but no done mark was interrupted and is resumed.
     done: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+def read_version(sess: Session) -> int | None:
+    """Return the schema version row's value, or ``None`` when there is none (yet).
+
+    Parameters
+    ----------
+    sess
+        A session on the store's database.
+
+    Returns
+    -------
+    int or None
+    """
+    row = sess.get(MetaRow, "schema_version")
+    return int(row.value) if row else None
+
+
+def ensure_schema(db: Database, *, create: bool) -> None:
+    """Check the schema version of ``db``; create the tables in an empty database.
+
+    Parameters
+    ----------
+    db
+        The database.
+    create
+        Create the tables when the database has none (never for a read-only one).
+
+    Raises
+    ------
+    StoreError
+        If the database cannot be read, or has no tables and may not create them.
+    SchemaVersionError
+        If the schema is newer or older than :data:`SCHEMA_VERSION`.
+    """
+
+    def probe(sess: Session) -> int | None:
+        if not db.engine.dialect.has_table(sess.connection(), MetaRow.__tablename__):
+            return None
+        # Tables without a version row: another process is creating the schema right now
+        # (SQLite commits each CREATE TABLE on its own); create it too, idempotently.
+        return read_version(sess)
+
+    try:
+        version = db.run(probe, write=False)
+    except StoreError as err:
+        raise StoreError(f"cannot open store {db.display_url}: {err}") from err
+    if version is None and db.read_only:
+        for _ in range(50):  # a writer may be creating it: give it a moment
+            time.sleep(0.1)
+            version = db.run(probe, write=False)
+            if version is not None:
+                break
+    if version is None:
+        if db.read_only or not create:
+            raise StoreError(
+                f"store {db.display_url} has no tunecache tables; open it writable once "
+                "(e.g. `tunecache db stats --db URL`) to create them"
+            )
+        _create_schema(db)
+        return
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"store {db.display_url} has schema version {version}, newer than this "
+            f"tunecache understands ({SCHEMA_VERSION}): upgrade tunecache "
+            "(`pip install -U tunecache`)"
+        )
+    if version < SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"store {db.display_url} has schema version {version}, older than "
+            f"{SCHEMA_VERSION}: run `tunecache db upgrade --db {db.display_url}`"
+        )
+
+
+def _create_schema(db: Database) -> None:
+    def create(sess: Session) -> None:
+        Base.metadata.create_all(sess.connection())
+        if sess.get(MetaRow, "schema_version") is None:
+            sess.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
+            sess.add(MetaRow(key="created_at", value=str(time.time())))
+
+    for attempt in range(20):
+        try:
+            db.run(create, write=True)
+            return
+        except StoreError:
+            # Another process is creating the schema at the same moment (SQLite commits each
+            # CREATE TABLE on its own): wait for its version row, or try again.
+            time.sleep(0.1 * (attempt + 1))
+            if db.run(read_version, write=False) is not None:
+                return
+    db.run(create, write=True)

@@ -1,6 +1,6 @@
 """A store writer process for concurrency and crash tests (tests/ and tools/stress_store.py).
 
-Run as ``python -m tunecache.store._stress URL --seed S --commits N --keys K [--batch B]``.
+Run as ``python -m tunecache.testing.stress URL --seed S --commits N --keys K [--batch B]``.
 It prints one JSON line per committed record *after* the commit returned, so a parent that
 kills it knows exactly what must be in the store. ``--commits 0`` commits until killed.
 """
@@ -15,16 +15,38 @@ import time
 
 from tunecache.store import HardwareKey, HostFingerprint, Provenance, Record, Store, WorkloadKey
 
-TRACE = [[["GetSBlock", [], ["C", "main"], ["b0"]], ["SampleCategorical", [], [[0, 16, 64], [0.3, 0.3, 0.4]], ["v1"]]], [[1, 2]]]
-HARDWARE = HardwareKey('{"kind":"llvm","mcpu":"znver3","num-cores":2}', HostFingerprint("stress CPU", ("avx2",), 2), "0.27.0")
+TRACE = [
+    [["GetSBlock", [], ["C", "main"], ["b0"]], ["SampleCategorical", [], [[0, 16, 64], [0.3, 0.3, 0.4]], ["v1"]]],
+    [[1, 2]],
+]
+HARDWARE = HardwareKey(
+    '{"kind":"llvm","mcpu":"znver3","num-cores":2}', HostFingerprint("stress CPU", ("avx2",), 2), "0.27.0"
+)
 
 
 def workload_keys(n: int) -> list[WorkloadKey]:
-    """The shared pool of workload keys every writer picks from (they overlap on purpose)."""
+    """Return the shared pool of workload keys every writer picks from (they overlap on purpose).
+
+    Parameters
+    ----------
+    n
+        How many keys.
+
+    Returns
+    -------
+    list of WorkloadKey
+    """
     return [WorkloadKey(f"stress{i}") for i in range(n)]
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Commit random records to a store, printing one JSON line per record once committed.
+
+    Parameters
+    ----------
+    argv
+        Command-line arguments (default: ``sys.argv[1:]``).
+    """
     ap = argparse.ArgumentParser()
     ap.add_argument("url")
     ap.add_argument("--seed", type=int, default=0)
@@ -42,8 +64,15 @@ def main(argv: list[str] | None = None) -> None:
         if a.commits:
             n = min(n, a.commits - done)
         recs = [
-            Record(rng.choice(keys), HARDWARE, TRACE, (lat := rng.uniform(1e-4, 1e-2),), lat, None,
-                   Provenance(trials=done + i, user=f"w{a.seed}"))
+            Record(
+                rng.choice(keys),
+                HARDWARE,
+                TRACE,
+                (lat := rng.uniform(1e-4, 1e-2),),
+                lat,
+                None,
+                Provenance(trials=done + i, user=f"w{a.seed}"),
+            )
             for i in range(n)
         ]
         t0 = time.perf_counter()

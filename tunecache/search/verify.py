@@ -77,10 +77,10 @@ def verify_store(store: Any, hardware: HardwareKey, target: Any, *, remeasure: i
                 mods[r.workload] = None
                 problems.append(f"workload {r.workload}: {err}")
         mod = mods[r.workload]
-        err = "its workload no longer decodes" if mod is None else trace_replays(r, mod)
-        if err is not None:
+        why = "its workload no longer decodes" if mod is None else trace_replays(r, mod)
+        if why is not None:
             stale.append(r.uid)
-            problems.append(f"record {r.uid}: stale ({err})")
+            problems.append(f"record {r.uid}: stale ({why})")
             continue
         uid = hashlib.sha256(f"{r.uid}:{hardware.id}".encode()).hexdigest()[:32]
         copy = replace(r, hardware=hardware, uid=uid, provenance=replace(r.provenance, kind="verified",

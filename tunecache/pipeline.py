@@ -1,0 +1,167 @@
+"""The ladder, in one place: look up the store -> plan reuse -> search -> build -> report.
+
+For every task of a model: a **hit** is served from the store; the misses are planned together
+(a narrowed search around a similar stored or planned program where one dominates: **reused**;
+else MetaSchedule's full search: **tuned**), every search commits what it measures, the bests
+are re-measured; the model is built with the store's best programs (TVM's default schedule,
+**fallback**, where there is none) and every task is reported. :func:`compile_model` is the
+driver ``tunecache.compile`` calls; :func:`lookup` and :func:`search` are the rungs
+``tunecache.warm`` shares with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tunecache.reuse.planner import ModelPlan
+from tunecache.store.keys import HardwareKey, WorkloadKey
+from tunecache.store.records import Record
+from tunecache.values import DEFAULT_ESCALATE_BELOW, TaskOutcome
+
+__all__ = ["REMEASURE_SHARE", "Lookup", "SearchResult", "compile_model", "lookup", "search"]
+
+#: Share of a time budget kept for re-measuring the bests of the searched tasks.
+REMEASURE_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What the store holds for a model's tasks, read once: rung 1 of the ladder.
+
+    Attributes
+    ----------
+    best
+        Each task's best stored record on this hardware (``None``: a miss).
+    failed
+        Tasks searched before on this hardware with no candidate that built and ran (e.g. a
+        gather whose random index inputs are out of bounds): searching again would fail the
+        same way, so they compile with TVM's default schedule unless ``tune="always"``.
+    """
+
+    best: dict[WorkloadKey, Record | None]
+    failed: frozenset[WorkloadKey]
+
+    def misses(self, tasks: Sequence[Any], tune: str) -> list[Any]:
+        """The tasks to search: every task for ``tune="always"``, else the misses not failed before."""
+        return [t for t in tasks if tune == "always" or (self.best[t.key] is None and t.key not in self.failed)]
+
+
+def lookup(tasks: Sequence[Any], store: Any, hw: HardwareKey) -> Lookup:
+    """Read each task's best stored record once, and which misses failed before."""
+    best = {t.key: next(iter(store.best_k(t.key, hw, 1)), None) for t in tasks}
+    failed = frozenset(t.key for t in tasks if best[t.key] is None
+                       and any(r.latency_s is None and not r.stale for r in store.records(hardware=hw, workload=t.key)))
+    return Lookup(best, failed)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Rungs 2-3 for a set of misses: the plan, an outcome per plan node, the wall time."""
+
+    plan: ModelPlan
+    outcomes: dict[str, TaskOutcome]
+    seconds: float
+
+    def for_task(self, key: WorkloadKey) -> TaskOutcome | None:
+        """The outcome of the planned task with workload ``key``, if it was planned."""
+        return next((self.outcomes.get(n) for n, t in self.plan.tasks.items() if t.key == key), None)
+
+
+def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, trials_per_task: int,
+           reuse_trials: int | None = None, reuse: bool = True, bridges: bool = False,
+           escalate_below: float | None = None, time_budget_s: float | None = None, seed: int | None = None,
+           work_dir: str | Path | None = None, progress: Callable[[Any], None] | None = None,
+           transfer: bool = True, hits: Sequence[Any] = ()) -> SearchResult:
+    """Plan the misses, execute the plan, re-measure the bests: one path for every search.
+
+    ``reuse=False`` (``tune="always"``) plans a full search of every task, each with its whole
+    budget (:attr:`~tunecache.values.SearchContext.fresh`). ``time_budget_s`` covers planning,
+    the searches and re-measuring the bests (the last :data:`REMEASURE_SHARE` of it).
+    ``misses`` are tasks (``key``, ``name``, ``weight``, ``mod``), ``hits`` the tasks the store
+    served (named in the plan, never its sources). Other parameters as in
+    :func:`tunecache.compile` and :class:`~tunecache.values.SearchContext`.
+    """
+    from tunecache.planning import make_plan, scratch_plan
+    from tunecache.search.execute import execute_plan, search_context
+    from tunecache.search.remeasure import remeasure_bests
+    from tunecache.tvm_layer.bridges import materialize_bridge
+
+    start = time.time()
+    if reuse:
+        mp = make_plan(misses, target, hw, store, bridges=bridges, full_trials=float(trials_per_task), hits=hits)
+    else:
+        mp = scratch_plan(misses, target, full_trials=float(trials_per_task))
+    by_key = {t.key: t for t in misses}
+    mods = {node: by_key[pt.key].mod for node, pt in mp.tasks.items()}
+    mods.update({n: materialize_bridge(nest, nest.extents) for n, nest in mp.bridges.items()})
+    with search_context(target, store, hw, full_trials=trials_per_task,
+                        reuse_trials=reuse_trials or max(4, trials_per_task // 4), work_dir=work_dir,
+                        time_budget_s=None if time_budget_s is None else (1 - REMEASURE_SHARE) * time_budget_s,
+                        escalate_below=DEFAULT_ESCALATE_BELOW if escalate_below is None else escalate_below,
+                        seed=seed, progress=progress, fresh=not reuse) as ctx:
+        outcomes = execute_plan(mp, mods, ctx, transfer=transfer)
+        remeasure_bests([(by_key[pt.key], outcomes[n]) for n, pt in mp.tasks.items() if n in outcomes], ctx,
+                        deadline=None if time_budget_s is None else start + time_budget_s)
+    return SearchResult(mp, outcomes, time.time() - start)
+
+
+def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
+                  time_budget_s: float | None = None, seed: int | None = None, work_dir: Any = None,
+                  progress: bool = True, escalate_below: float | None = None,
+                  cache: Any = None) -> tuple[Any, Path | None, Any]:
+    """The whole ladder for one imported model; return ``(executable, library path, report)``.
+
+    ``tune``, ``trials_per_task``, ... as in :func:`tunecache.compile`; ``cache`` is a
+    :class:`tunecache.libcache.LibraryCache` or ``None``. The report is a
+    :class:`~tunecache.report.CompileReport` with the compile's context and timings.
+    """
+    from tunecache import library
+    from tunecache.report import compile_report
+    from tunecache.tvm_layer import frontend
+
+    t0 = time.time()
+    budget = {"trials_per_task": trials_per_task, "time_budget_s": time_budget_s, "tune": tune}
+    model_id = frontend.model_hash(imported, target) if cache is not None else None
+    # 0. a model compiled before whose tasks are all hits: its library, without preparing it again
+    if model_id is not None and tune != "always":
+        known = library.load_known(model_id, target, store, hw, cache, lookup)
+        if known is not None:
+            report = compile_report(known.tasks, known.lookup, None, known.lookup.best, tune, store, hw)
+            return known.executable, known.path, report.finish(target, hw, t0, 0.0, budget, known.how, t0)
+
+    mod = frontend.prepare_for_tuning(imported, target)
+    tasks = frontend.extract_tasks(mod, target)
+    found = lookup(tasks, store, hw)                                                  # 1. hits
+    misses = found.misses(tasks, tune)
+    miss_keys = {t.key for t in misses}
+    result = None
+    if misses and tune != "never":                                                    # 2-3. plan, search
+        library.commit_workloads(misses, store)
+        with _progress(progress, len(misses), trials_per_task, time_budget_s) as printer:
+            result = search(misses, target, store, hw, trials_per_task=trials_per_task, reuse=tune != "always",
+                            escalate_below=escalate_below, time_budget_s=time_budget_s, seed=seed,
+                            work_dir=work_dir, progress=printer, hits=[t for t in tasks if t.key not in miss_keys])
+    final = dict(found.best)
+    final.update({t.key: next(iter(store.best_k(t.key, hw, 1)), None) for t in misses})  # searched: read again
+    t_build = time.time()                                                             # 4. build
+    executable, path, how = library.build(mod, target, store, hw, tasks, final, cache, model_id)
+    report = compile_report(tasks, found, result, final, tune, store, hw)             # 5. report
+    return executable, path, report.finish(target, hw, t0, result.seconds if result else 0.0, budget, how, t_build)
+
+
+@contextlib.contextmanager
+def _progress(show: bool, tasks: int, trials_per_task: int, time_budget_s: float | None) -> Any:
+    """A progress line on stderr while searching (``None`` when not shown)."""
+    from tunecache.progress import ProgressPrinter
+
+    printer = ProgressPrinter(tasks, trials_per_task * tasks, time_budget_s) if show else None
+    try:
+        yield printer
+    finally:
+        if printer is not None:
+            printer.close()

@@ -1,0 +1,384 @@
+"""Aligning a source trace with the target's sketch, and replaying it there.
+
+A source (beta) trace is cut at its postprocessing into a :class:`Skeleton` with its sampling
+sites. A :class:`Materializer` replays skeletons with given decisions on the target (alpha):
+it moves a source onto alpha's own sketch where the two differ only in instructions that sample
+nothing or in compute locations (:meth:`Materializer.adapt`, :func:`align_sites`), maps block
+names (:func:`map_blocks`), replays and postprocesses. Compute locations the source had no
+decision for stay open; :func:`open_picks` chooses them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunecache.store.records import decode_trace
+from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.features import cpu_features, cuda_features
+
+__all__ = [
+    "OPEN_TRIES",
+    "Candidate",
+    "Materializer",
+    "Site",
+    "Skeleton",
+    "align_sites",
+    "block_order",
+    "decisions_key",
+    "map_blocks",
+    "open_locations",
+    "open_picks",
+    "structure",
+]
+
+#: Round 0 measures the best source's replay with this many compute locations for the sites it
+#: had no decision for (a ``pad_temp`` the source's sketch did not have): :func:`open_picks`.
+OPEN_TRIES = 3
+
+
+@dataclass(frozen=True)
+class Site:
+    """A sampling instruction of a skeleton."""
+
+    index: int
+    kind: str  # "tile", "categorical", "compute_location"
+    role: str  # tiles: "spatial", "reduction", "other"
+    n: int = 0  # tile levels, or categorical choices
+    max_innermost: int = -1
+
+
+class Skeleton:
+    """One source trace cut at ``EnterPostproc``, with its sampling sites."""
+
+    def __init__(self, source: int, trace: Any) -> None:
+        insts, decisions = decode_trace(trace)
+        cut = next((i for i, inst in enumerate(insts) if inst[0] == "EnterPostproc"), len(insts))
+        self.source = source
+        self.insts: list[Any] = insts[:cut]
+        self.decisions: dict[int, Any] = {int(i): v for i, v in decisions if i < cut}
+        self.digest = hashlib.sha256(
+            json.dumps(self.insts, sort_keys=True).encode()
+        ).hexdigest()[:16]
+        tiling = ""
+        for inst in self.insts:
+            if inst[0] == "Annotate" and inst[2] == ["meta_schedule.tiling_structure"]:
+                tiling = str(inst[1][1]).strip('"')
+        n_s, n_r = tiling.count("S"), tiling.count("R")
+        self.sites: dict[int, Site] = {}
+        for i, (kind, _inputs, attrs, _outputs) in enumerate(self.insts):
+            if kind == "SamplePerfectTile":
+                n, mif = int(attrs[0]), int(attrs[1])
+                role = "spatial" if n == n_s else "reduction" if n == n_r else "other"
+                self.sites[i] = Site(i, "tile", role, n, mif)
+            elif kind == "SampleCategorical":
+                self.sites[i] = Site(i, "categorical", "", len(attrs[0]))
+            elif kind == "SampleComputeLocation":
+                self.sites[i] = Site(i, "compute_location", "")
+
+    def trace_json(self, decisions: dict[int, Any]) -> list[Any]:
+        """The skeleton's trace JSON ``[instructions, decisions]`` with ``decisions``."""
+        return [self.insts, [[i, decisions[i]] for i in sorted(decisions)]]
+
+    @property
+    def open_sites(self) -> list[int]:
+        """Compute-location sites with no decision from the source (a ``pad_temp`` the source's
+        sketch did not have): :func:`open_picks` chooses their locations."""
+        return [i for i, site in sorted(self.sites.items())
+                if site.kind == "compute_location" and i not in self.decisions]
+
+
+_GET_BLOCK = ("GetSBlock", "GetBlock")
+
+
+def structure(insts: Sequence[Any]) -> list[str]:
+    """A sketch's instructions without block names, one string each (for comparing sketches).
+
+    Queries whose result nothing uses (``GetConsumers`` with no outputs: a design-space sketch
+    has them, a tuned trace has them simplified away) are left out.
+    """
+    return [json.dumps([kind, inputs, [] if kind in _GET_BLOCK else attrs, outputs])
+            for kind, inputs, attrs, outputs in insts if outputs or not kind.startswith("Get")]
+
+
+def block_order(insts: Sequence[Any]) -> list[str]:
+    """Distinct block names of a trace's ``GetSBlock`` instructions, in first-use order."""
+    out: list[str] = []
+    for kind, _inputs, attrs, _outputs in insts:
+        if kind in _GET_BLOCK and attrs and str(attrs[0]) not in out:
+            out.append(str(attrs[0]))
+    return out
+
+
+def map_blocks(names: Sequence[str], order: Sequence[str]) -> dict[str, str] | None:
+    """Map beta's block names to alpha's: ``{}`` if alpha has them all, ``None`` if no mapping.
+
+    Same number of blocks: position by position (same sketch, same visiting order). Otherwise
+    (e.g. alpha has one more epilogue block that beta's trace never touched) each missing name
+    goes to the first unused alpha name it is a prefix of, or that is a prefix of it
+    (``T_sub`` -> ``T_subtract``).
+    """
+    missing = [n for n in names if n not in order]
+    if not missing:
+        return {}
+    if len(order) == len(names):
+        return {b: a for b, a in zip(names, order, strict=False) if b != a}
+    free = [a for a in order if a not in names]
+    mapping = {}
+    for n in missing:
+        match = next((a for a in free if a.startswith(n) or n.startswith(a)), None)
+        if match is None:
+            return None
+        mapping[n] = match
+        free.remove(match)
+    return mapping
+
+
+def align_sites(beta: Sequence[Any], alpha: Sequence[Any]) -> list[tuple[int, int]]:
+    """Pairs ``(beta index, alpha index)`` of the sampling instructions two sketches share.
+
+    The two lists of sampling instructions (kind and structural attributes:
+    :func:`~tunecache.tvm_layer.sketch.site_lines`) are matched in order; an instruction one sketch
+    has and the other lacks (a compute location) is left out.
+    """
+    from tunecache.tvm_layer.sketch import SAMPLE_KINDS, site_lines
+
+    b_sites = [i for i, inst in enumerate(beta) if inst[0] in SAMPLE_KINDS]
+    a_sites = [i for i, inst in enumerate(alpha) if inst[0] in SAMPLE_KINDS]
+    matcher = difflib.SequenceMatcher(None, site_lines(beta), site_lines(alpha), autojunk=False)
+    return [(b_sites[blk.a + k], a_sites[blk.b + k]) for blk in matcher.get_matching_blocks() for k in range(blk.size)]
+
+
+def decisions_key(digest: str, decisions: dict[int, Any]) -> str:
+    """A key for one candidate: its skeleton (``Skeleton.digest``) and its decisions.
+
+    Parameters
+    ----------
+    digest
+        The skeleton's :attr:`Skeleton.digest`.
+    decisions
+        Sampling-site index -> decision.
+
+    Returns
+    -------
+    str
+        Equal for two candidates exactly when both are equal (decisions in index order).
+
+    Examples
+    --------
+    >>> decisions_key("abc", {3: [4, 2], 1: 0})
+    'abc[[1, 0], [3, [4, 2]]]'
+    """
+    return digest + json.dumps(sorted(decisions.items()))
+
+
+@dataclass
+class Candidate:
+    """A skeleton replayed on alpha and postprocessed: one program to rank, build and measure.
+
+    ``features`` (:mod:`tunecache.tvm_layer.features`, ``None`` if they could not be read) and
+    ``cost`` rank it; ``samples`` are its measured median run times, ``latency_s`` the first of
+    them, or their median once re-measured.
+    """
+
+    skeleton: Skeleton
+    decisions: dict[int, Any]  # as TVM applied them on alpha
+    sch: Any
+    features: Any
+    cost: float = 0.0
+    latency_s: float | None = None
+    samples: list[float] = field(default_factory=list)
+
+
+class Materializer:
+    """Replays skeletons with given decisions on alpha and runs the target's postprocessors."""
+
+    def __init__(self, mod: Any, target: Any, seed: int) -> None:
+        load_tvm(str(target.kind.name))
+        from tvm.s_tir import meta_schedule as ms
+
+        self.mod = mod
+        self.target = target
+        self.seed = seed % (2**31 - 1) + 1
+        ctx = ms.TuneContext(
+            mod=mod,
+            target=target,
+            space_generator=ms.space_generator.PostOrderApply(
+                sch_rules=[], postprocs="from-target", mutator_probs={}
+            ),
+            task_name="narrowed",
+        )
+        self.postprocs = list(ctx.space_generator.postprocs)
+        self.is_cuda = str(target.kind.name) == "cuda"
+        self.failed_replay = 0
+        self.failed_postproc = 0
+        self._alpha_sketches: list[list[Any]] | None = None
+        self._renamed: dict[str, list[Any]] = {}
+
+    def alpha_sketches(self) -> list[list[Any]]:
+        """The instructions of each of alpha's design-space sketches (trace JSON)."""
+        if self._alpha_sketches is None:
+            from tunecache.tvm_layer.sketch import _design_space
+
+            try:
+                spaces = _design_space(self.mod, self.target)
+                self._alpha_sketches = [decode_trace(s.trace.as_json())[0] for s in spaces]
+            except Exception:  # noqa: BLE001 - no design space: sources are replayed as they are
+                self._alpha_sketches = []
+        return self._alpha_sketches
+
+    def alpha_block_orders(self) -> list[list[str]]:
+        """Block names of alpha in the order each of its design-space sketches first gets them."""
+        return [block_order(insts) for insts in self.alpha_sketches()]
+
+    def adapt(self, skeleton: Skeleton) -> Skeleton:
+        """``skeleton`` in a form that replays on alpha.
+
+        Itself, when one of alpha's sketches has its structure (block names aside: see
+        :meth:`insts_for_alpha`). Otherwise, when beta's sketch differs from alpha's only in
+        instructions that sample nothing (alpha has a fused residual ``add``/``relu`` to inline
+        that beta had not, or the other way round) or in compute locations one of them samples
+        and the other does not (:data:`~tunecache.tvm_layer.sketch.OPEN_KINDS`: a padded 3x3 conv's
+        ``pad_temp``), alpha's own sketch that samples the same decisions (the closest in
+        structure when several do; one with exactly beta's sampling instructions first) carrying
+        beta's decisions. Sampling instructions are matched in order (:func:`align_sites`);
+        alpha's sites beta had no decision for stay open (:attr:`Skeleton.open_sites`).
+        Itself when there is none: its replay then fails and is counted.
+        """
+        from tunecache.tvm_layer.sketch import decision_text, reuse_text
+
+        own = structure(skeleton.insts)
+        sketches = self.alpha_sketches()
+        if not sketches or any(structure(a) == own for a in sketches):
+            return skeleton
+        text = decision_text(skeleton.insts)
+        same = [a for a in sketches if decision_text(a) == text]
+        if not same:
+            same = [a for a in sketches if reuse_text(decision_text(a)) == reuse_text(text)]
+        if not same:
+            return skeleton
+        alpha = max(same, key=lambda a: difflib.SequenceMatcher(None, own, structure(a), autojunk=False).ratio())
+        decisions = [[a, skeleton.decisions[b]] for b, a in align_sites(skeleton.insts, alpha)
+                     if b in skeleton.decisions]
+        return Skeleton(skeleton.source, [alpha, decisions])
+
+    def insts_for_alpha(self, skeleton: Skeleton) -> list[Any]:
+        """``skeleton``'s instructions with its block names mapped to alpha's.
+
+        A TE-built task (e.g. a bridge operator) and a Relax-built one of the same computation
+        name their blocks differently (``T_sub`` / ``T_subtract``); the sketch signature ignores
+        names, the replay does not. With the same sketch, both traces get their blocks in the
+        same order, so the k-th block of beta's trace is the k-th of alpha's sketch.
+        """
+        cached = self._renamed.get(skeleton.digest)
+        if cached is not None:
+            return cached
+        insts = skeleton.insts
+        names = block_order(insts)
+        for order in self.alpha_block_orders():
+            mapping = map_blocks(names, order)
+            if mapping is None:
+                continue
+            if mapping:
+                insts = [[k, i, [mapping.get(a[0], a[0]), *a[1:]], o] if k in _GET_BLOCK and a else [k, i, a, o]
+                         for k, i, a, o in insts]
+            break
+        self._renamed[skeleton.digest] = insts
+        return insts
+
+    def replay(self, skeleton: Skeleton, decisions: dict[int, Any], *,
+               probe: bool = False) -> tuple[Any, dict[int, Any]] | None:
+        """Replay without postprocessing; return ``(schedule, applied decisions)`` or ``None``.
+
+        A failure is counted in :attr:`failed_replay` unless ``probe`` (a replay that only asks
+        TVM what it would apply, e.g. :func:`open_locations`)."""
+        from tvm.s_tir.schedule import Schedule, Trace
+
+        try:
+            sch = Schedule(self.mod, seed=self.seed)
+            trace = [self.insts_for_alpha(skeleton), [[i, decisions[i]] for i in sorted(decisions)]]
+            Trace.apply_json_to_schedule(trace, sch)
+            insts, applied = decode_trace(sch.trace.as_json())
+        except Exception:  # noqa: BLE001 - a trace that does not fit alpha is data
+            insts = None
+        if insts is None or len(insts) != len(skeleton.insts):
+            if not probe:
+                self.failed_replay += 1
+            return None
+        return sch, {int(i): v for i, v in applied}
+
+    def materialize(self, skeleton: Skeleton, decisions: dict[int, Any]) -> Candidate | None:
+        """Replay ``skeleton`` with ``decisions``, postprocess, and read its features.
+
+        Returns the :class:`Candidate` (with the decisions TVM really applied), or ``None`` when
+        the replay or a postprocessor fails (counted in :attr:`failed_replay` and
+        :attr:`failed_postproc`).
+        """
+        out = self.replay(skeleton, decisions)
+        if out is None:
+            return None
+        sch, applied = out
+        try:
+            sch.enter_postproc()
+            ok = all(p.apply(sch) for p in self.postprocs)
+        except Exception:  # noqa: BLE001
+            ok = False
+        if not ok:
+            self.failed_postproc += 1
+            return None
+        try:
+            feats = cuda_features(sch) if self.is_cuda else cpu_features(sch)
+        except Exception:  # noqa: BLE001 - features only rank candidates
+            feats = None
+        return Candidate(skeleton, applied, sch, feats)
+
+
+def open_locations(mat: Materializer, skeleton: Skeleton, applied: dict[int, Any], idx: int) -> list[int]:
+    """The compute locations TVM accepts at open site ``idx`` of ``skeleton`` on alpha, given
+    the other decisions ``applied``.
+
+    A location is an index into the loops a block may be computed at (``-1`` its root, ``-2``
+    inlined); TVM replays an index it rejects as a nearby accepted one, so every index up to the
+    number of instructions (more than there are loops) is tried and the results de-duplicated.
+    """
+    found: list[int] = []
+    for value in range(-2, len(skeleton.insts)):
+        got = mat.replay(skeleton, {**applied, idx: value}, probe=True)
+        location = None if got is None else got[1].get(idx)
+        if location is not None and location not in found:
+            found.append(int(location))
+    return found
+
+
+def open_picks(mat: Materializer, skeleton: Skeleton, applied: dict[int, Any], count: int) -> list[dict[int, Any]]:
+    """Up to ``count`` decision sets for ``skeleton``'s open sites, in the order to try them.
+
+    The source had no decision for these sites (a padded conv's ``pad_temp`` when the source was
+    a 1x1 conv). Left to TVM, replay samples one at random: it inlined the padding, 1.3-2.9x
+    slower than the best location on three resnet50 3x3 convs reusing a 1x1 conv's program (two
+    source programs; ``tools/bench_locations.py``), while no single other location was best.
+    So: the block's root (one padded copy of the input), the deepest loop (pad per innermost
+    tile), then the middle of the loop locations; inlining only when nothing else is accepted.
+    The best of those three was within 1.6% of the best location in all six measurements.
+    """
+    orders = {}
+    for idx in skeleton.open_sites:
+        if count == 1:  # the root comes first wherever it is accepted: no need to probe the rest
+            got = mat.replay(skeleton, {**applied, idx: -1}, probe=True)
+            if got is not None and got[1].get(idx) == -1:
+                orders[idx] = [-1]
+                continue
+        locations = open_locations(mat, skeleton, applied, idx)
+        loops = sorted(x for x in locations if x >= 0)
+        order = ([-1] if -1 in locations else []) + ([loops[-1], loops[len(loops) // 2]] if loops else [])
+        orders[idx] = list(dict.fromkeys(order)) or locations
+    picks: list[dict[int, Any]] = []
+    for rank in range(count):
+        chosen = {**applied, **{idx: order[min(rank, len(order) - 1)] for idx, order in orders.items() if order}}
+        if chosen not in picks:
+            picks.append(chosen)
+    return picks

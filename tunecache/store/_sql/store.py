@@ -1,0 +1,516 @@
+"""The SQL store: :class:`Store`, the SQLAlchemy implementation of the store contract.
+
+One class for SQLite (a file, or in memory) and PostgreSQL; :mod:`.engine` holds the
+connection settings and the retry loop, :mod:`.schema` the tables, :mod:`.rows` the conversions
+between rows and values. Every method runs as one transaction through :meth:`Database.run`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import delete, func, select, text, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from tunecache.errors import InvalidRecordError, StoreError
+from tunecache.store._sql.engine import Database, normalize_url
+from tunecache.store._sql.rows import (
+    hardware_columns,
+    hardware_value,
+    record_columns,
+    record_value,
+    workload_columns,
+    workload_value,
+)
+from tunecache.store._sql.schema import ClaimRow, HardwareRow, RecordRow, WorkloadRow, ensure_schema, read_version
+from tunecache.store.contract import BaseStore, explain_miss_from_keys
+from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, canonical_json
+from tunecache.store.records import Record, decode_args_info, decode_run_secs, decode_trace
+from tunecache.store.values import StoredWorkload, StoreStats
+
+__all__ = ["Store"]
+
+
+def _claim_key(workload: WorkloadKey, hardware: HardwareKey) -> str:
+    return f"{hardware.id}:{workload.shash}"
+
+
+class Store(BaseStore):
+    """A persistent store of tuning records in SQLite or PostgreSQL.
+
+    See :class:`~tunecache.store.contract.BaseStore` for what every method guarantees.
+
+    Parameters
+    ----------
+    url
+        Where the store lives (see :func:`~tunecache.store.normalize_url`): a file path,
+        ``"memory"``, ``sqlite:///...`` or ``postgresql://...``; ``None`` for the default.
+    read_only
+        Open without write access: writes raise :class:`~tunecache.errors.ReadOnlyStoreError`,
+        the schema is never created or upgraded.
+    create
+        Create the tables when the database is empty.
+
+    Raises
+    ------
+    StoreURLError, SchemaVersionError, StoreError, DependencyError
+
+    Examples
+    --------
+    >>> with Store("memory") as st:
+    ...     st.count_records()
+    0
+    """
+
+    def __init__(
+        self, url: str | os.PathLike[str] | None = None, *, read_only: bool = False, create: bool = True
+    ) -> None:
+        self._db = Database(normalize_url(url), read_only=read_only)
+        self._hw_known: set[str] = set()
+        self._wl_ids: dict[tuple[str, str], int] = {}
+        ensure_schema(self._db, create=create)
+
+    # -- identity -----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Return the normalised SQLAlchemy URL."""
+        return self._db.url
+
+    @property
+    def backend(self) -> str:
+        """Return ``sqlite`` or ``postgresql``."""
+        return self._db.backend
+
+    @property
+    def display_url(self) -> str:
+        """Return the URL with any password hidden."""
+        return self._db.display_url
+
+    @property
+    def read_only(self) -> bool:
+        """Return whether the store was opened read-only."""
+        return self._db.read_only
+
+    @property
+    def schema_version(self) -> int:
+        """Return the schema version recorded in the database."""
+        return self._db.run(read_version, write=False) or 0
+
+    @contextmanager
+    def session(self, write: bool = False) -> Iterator[Session]:
+        """Open one raw SQLAlchemy transaction (for :mod:`tunecache.store._sql.integrity`).
+
+        Parameters
+        ----------
+        write
+            Commit at the end.
+
+        Yields
+        ------
+        Session
+        """
+        with self._db.session(write=write) as sess:
+            yield sess
+
+    # -- row helpers --------------------------------------------------------------------------
+
+    def _insert_ignore(self, sess: Session, model: Any, values: dict[str, Any], index: list[str]) -> int:
+        """INSERT ... ON CONFLICT DO NOTHING; return 1 if a row was inserted, else 0."""
+        if self.backend == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+        stmt = (
+            insert(model)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=index)
+            .returning(*model.__table__.primary_key.columns)
+        )
+        # rowcount is -1 for this statement on some drivers: count the returned keys instead.
+        return len(sess.execute(stmt).fetchall())
+
+    def _hardware_id(self, sess: Session, hw: HardwareKey) -> str:
+        hid = hw.id
+        if hid not in self._hw_known:
+            self._insert_ignore(sess, HardwareRow, hardware_columns(hw), ["id"])
+        return hid
+
+    def _workload_id(self, sess: Session, key: WorkloadKey) -> int | None:
+        k = (key.shash, key.mod_eq)
+        wid = self._wl_ids.get(k)
+        if wid is None:
+            wid = sess.scalar(
+                select(WorkloadRow.id).where(WorkloadRow.shash == key.shash, WorkloadRow.mod_eq == key.mod_eq)
+            )
+            if wid is not None:
+                self._wl_ids[k] = wid
+        return wid
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def commit_workload(self, key: WorkloadKey, desc: WorkloadDesc | None = None, mod_json: str = "") -> None:
+        """Add a workload if it is missing (idempotent; a better description fills blanks)."""
+        desc = desc or WorkloadDesc()
+
+        def do(sess: Session) -> None:
+            self._insert_ignore(sess, WorkloadRow, workload_columns(key, desc, mod_json), ["shash", "mod_eq"])
+            if mod_json:
+                sess.execute(
+                    update(WorkloadRow)
+                    .where(WorkloadRow.shash == key.shash, WorkloadRow.mod_eq == key.mod_eq, WorkloadRow.mod_json == "")
+                    .values(mod_json=mod_json)
+                )
+            if desc.family != "other" or desc.extents:
+                sess.execute(
+                    update(WorkloadRow)
+                    .where(
+                        WorkloadRow.shash == key.shash, WorkloadRow.mod_eq == key.mod_eq, WorkloadRow.family == "other"
+                    )
+                    .values(family=desc.family, desc_json=canonical_json(desc.to_dict()))
+                )
+
+        self._db.run(do, write=True)
+
+    def commit_record(self, record: Record, *, desc: WorkloadDesc | None = None) -> None:
+        """Add one record (its workload is created if missing). Same ``uid`` twice: no-op."""
+        self.commit_records([record], descs={record.workload: desc} if desc else None)
+
+    def commit_records(self, records: Iterable[Record], *, descs: dict[WorkloadKey, WorkloadDesc] | None = None) -> int:
+        """Add records in one transaction; return how many were new."""
+        records = list(records)
+        for r in records:
+            decode_trace(r.trace)
+            decode_run_secs(list(r.run_secs))
+            decode_args_info(r.args_info)
+        descs = descs or {}
+
+        def do(sess: Session) -> int:
+            new = 0
+            for r in records:
+                wid = self._workload_id(sess, r.workload)
+                if wid is None:
+                    d = descs.get(r.workload, WorkloadDesc())
+                    self._insert_ignore(sess, WorkloadRow, workload_columns(r.workload, d, ""), ["shash", "mod_eq"])
+                    wid = self._workload_id(sess, r.workload)
+                    assert wid is not None
+                hid = self._hardware_id(sess, r.hardware)
+                new += self._insert_ignore(sess, RecordRow, record_columns(r, wid, hid), ["uid"])
+            return new
+
+        try:
+            n = self._db.run(do, write=True)
+        except StoreError:
+            self._wl_ids.clear()  # ids may belong to a rolled-back transaction
+            raise
+        for r in records:
+            self._hw_known.add(r.hardware.id)
+        return n
+
+    def set_latency(self, uid: str, latency_s: float, cv: float | None = None) -> None:
+        """Replace a record's ranking latency (after a trustworthy re-measurement)."""
+        self._db.run(
+            lambda s: s.execute(update(RecordRow).where(RecordRow.uid == uid).values(latency_s=latency_s, cv=cv)),
+            write=True,
+        )
+
+    def mark_stale(self, uids: Iterable[str], stale: bool = True) -> None:
+        """Mark records stale (never served as hits) or re-admit them."""
+        uid_list = list(uids)
+        self._db.run(
+            lambda s: s.execute(update(RecordRow).where(RecordRow.uid.in_(uid_list)).values(stale=stale)),
+            write=True,
+        )
+
+    # -- task claims (leases) -----------------------------------------------------------------
+
+    def claim(
+        self,
+        workload: WorkloadKey,
+        hardware: HardwareKey,
+        holder: str,
+        lease_s: float,
+        *,
+        steal_from: str | None = None,
+    ) -> bool:
+        """Claim a task for ``lease_s`` seconds; renew if held (atomic: one INSERT or UPDATE)."""
+        key = _claim_key(workload, hardware)
+
+        def do(sess: Session) -> bool:
+            now = time.time()
+            got = self._insert_ignore(
+                sess, ClaimRow, dict(key=key, holder=holder, claimed_at=now, expires_at=now + lease_s), ["key"]
+            )
+            if got:
+                return True
+            res = sess.execute(
+                update(ClaimRow)
+                .where(
+                    ClaimRow.key == key,
+                    ClaimRow.done.is_(False),
+                    (ClaimRow.expires_at < now)
+                    | (ClaimRow.holder == holder)
+                    | (ClaimRow.holder == (steal_from if steal_from is not None else holder)),
+                )
+                .values(holder=holder, claimed_at=now, expires_at=now + lease_s)
+            )
+            return bool(res.rowcount)  # type: ignore[attr-defined]
+
+        return bool(self._db.run(do, write=True))
+
+    def release(self, workload: WorkloadKey, hardware: HardwareKey, holder: str) -> None:
+        """Give up ``holder``'s claim (no-op if it does not hold it)."""
+        key = _claim_key(workload, hardware)
+        self._db.run(
+            lambda s: s.execute(
+                delete(ClaimRow).where(ClaimRow.key == key, ClaimRow.holder == holder, ClaimRow.done.is_(False))
+            ),
+            write=True,
+        )
+
+    def mark_done(self, workload: WorkloadKey, hardware: HardwareKey, holder: str = "") -> None:
+        """Record that the search of a task finished (and drop any lease)."""
+        key = _claim_key(workload, hardware)
+
+        def do(sess: Session) -> None:
+            now = time.time()
+            if not self._insert_ignore(
+                sess, ClaimRow, dict(key=key, holder=holder, claimed_at=now, expires_at=now, done=True), ["key"]
+            ):
+                sess.execute(update(ClaimRow).where(ClaimRow.key == key).values(done=True, expires_at=now))
+
+        self._db.run(do, write=True)
+
+    def is_done(self, workload: WorkloadKey, hardware: HardwareKey) -> bool:
+        """Return whether a finished search of the task was recorded."""
+        key = _claim_key(workload, hardware)
+
+        def do(sess: Session) -> bool:
+            row = sess.get(ClaimRow, key)
+            return row is not None and bool(row.done)
+
+        return self._db.run(do, write=False)
+
+    def claim_holder(self, workload: WorkloadKey, hardware: HardwareKey) -> str | None:
+        """Return who holds a live claim on the task, or ``None``."""
+        key = _claim_key(workload, hardware)
+
+        def do(sess: Session) -> str | None:
+            row = sess.get(ClaimRow, key)
+            return row.holder if row is not None and row.expires_at >= time.time() else None
+
+        return self._db.run(do, write=False)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def has_workload(self, key: WorkloadKey) -> bool:
+        """Return whether the workload is known (on any hardware)."""
+        return self._db.run(lambda s: self._workload_id(s, key) is not None, write=False)
+
+    def get_workload(self, key: WorkloadKey) -> StoredWorkload | None:
+        """Return the stored workload, or ``None``."""
+
+        def do(sess: Session) -> StoredWorkload | None:
+            row = sess.scalar(
+                select(WorkloadRow).where(WorkloadRow.shash == key.shash, WorkloadRow.mod_eq == key.mod_eq)
+            )
+            return None if row is None else workload_value(row)
+
+        return self._db.run(do, write=False)
+
+    def workloads(self, *, family: str | None = None) -> list[StoredWorkload]:
+        """Return every stored workload (optionally of one operator family)."""
+
+        def do(sess: Session) -> list[StoredWorkload]:
+            q = select(WorkloadRow).order_by(WorkloadRow.id)
+            if family:
+                q = q.where(WorkloadRow.family == family)
+            return [workload_value(r) for r in sess.scalars(q)]
+
+        return self._db.run(do, write=False)
+
+    def best_k(
+        self, workload: WorkloadKey, hardware: HardwareKey, k: int = 1, *, include_stale: bool = False
+    ) -> list[Record]:
+        """Return the ``k`` best valid records of ``workload`` on ``hardware``, best first."""
+        if k <= 0:
+            return []
+        hid = hardware.id
+
+        def do(sess: Session) -> list[Record]:
+            wid = self._workload_id(sess, workload)
+            if wid is None:
+                return []
+            q = (
+                select(RecordRow)
+                .where(
+                    RecordRow.workload_id == wid,
+                    RecordRow.hardware_id == hid,
+                    RecordRow.latency_s.is_not(None),
+                )
+                .order_by(RecordRow.latency_s, RecordRow.id)
+                .limit(k)
+            )
+            if not include_stale:
+                q = q.where(RecordRow.stale.is_(False))
+            return [record_value(r, workload, hardware) for r in sess.scalars(q)]
+
+        return self._db.run(do, write=False)
+
+    def records(
+        self,
+        *,
+        hardware: HardwareKey | str | None = None,
+        workload: WorkloadKey | None = None,
+        family: str | None = None,
+        valid_only: bool = False,
+        limit: int | None = None,
+    ) -> list[Record]:
+        """Return records filtered by hardware key (or its id), workload and family."""
+
+        def do(sess: Session) -> list[Record]:
+            q = (
+                select(RecordRow, WorkloadRow, HardwareRow)
+                .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
+                .join(HardwareRow, RecordRow.hardware_id == HardwareRow.id)
+                .order_by(RecordRow.id)
+            )
+            if hardware is not None:
+                q = q.where(RecordRow.hardware_id == (hardware if isinstance(hardware, str) else hardware.id))
+            if workload is not None:
+                q = q.where(WorkloadRow.shash == workload.shash, WorkloadRow.mod_eq == workload.mod_eq)
+            if family:
+                q = q.where(WorkloadRow.family == family)
+            if valid_only:
+                q = q.where(RecordRow.latency_s.is_not(None))
+            if limit is not None:
+                q = q.limit(limit)
+            return [record_value(r, WorkloadKey(w.shash, w.mod_eq), hardware_value(h)) for r, w, h in sess.execute(q)]
+
+        return self._db.run(do, write=False)
+
+    def hardware_keys(self, workload: WorkloadKey | None = None) -> list[HardwareKey]:
+        """Return the hardware keys that have records (of ``workload``, if given)."""
+
+        def do(sess: Session) -> list[HardwareKey]:
+            q = select(HardwareRow)
+            if workload is not None:
+                q = q.where(
+                    HardwareRow.id.in_(
+                        select(RecordRow.hardware_id)
+                        .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
+                        .where(WorkloadRow.shash == workload.shash, WorkloadRow.mod_eq == workload.mod_eq)
+                    )
+                )
+            return [hardware_value(h) for h in sess.scalars(q.order_by(HardwareRow.id))]
+
+        return self._db.run(do, write=False)
+
+    def explain_miss(self, workload: WorkloadKey, hardware: HardwareKey) -> MissExplanation:
+        """Explain why ``best_k(workload, hardware)`` found nothing."""
+        return explain_miss_from_keys(hardware, self.hardware_keys(workload))
+
+    def count_records(self, hardware: HardwareKey | None = None, *, workload: WorkloadKey | None = None) -> int:
+        """Return the number of records (for one hardware key and/or workload, if given)."""
+
+        def do(sess: Session) -> int:
+            q = select(func.count()).select_from(RecordRow)
+            if hardware is not None:
+                q = q.where(RecordRow.hardware_id == hardware.id)
+            if workload is not None:
+                wid = self._workload_id(sess, workload)
+                if wid is None:
+                    return 0
+                q = q.where(RecordRow.workload_id == wid)
+            return int(sess.scalar(q) or 0)
+
+        return self._db.run(do, write=False)
+
+    def stats(self) -> StoreStats:
+        """Return counts per hardware key and operator family, and the size on disk."""
+
+        def do(sess: Session) -> StoreStats:
+            by_hw = []
+            for hid, n in sess.execute(
+                select(RecordRow.hardware_id, func.count())
+                .group_by(RecordRow.hardware_id)
+                .order_by(RecordRow.hardware_id)
+            ):
+                h = sess.get(HardwareRow, hid)
+                by_hw.append((hid, hardware_value(h).describe() if h else "?", int(n)))
+            by_fam = [
+                (fam, int(n))
+                for fam, n in sess.execute(
+                    select(WorkloadRow.family, func.count()).group_by(WorkloadRow.family).order_by(WorkloadRow.family)
+                )
+            ]
+
+            def count(q: Any) -> int:
+                return int(sess.scalar(q) or 0)
+
+            records = select(func.count()).select_from(RecordRow)
+            return StoreStats(
+                workloads=count(select(func.count()).select_from(WorkloadRow)),
+                records=count(records),
+                valid_records=count(records.where(RecordRow.latency_s.is_not(None))),
+                stale_records=count(records.where(RecordRow.stale.is_(True))),
+                by_hardware=tuple(by_hw),
+                by_family=tuple(by_fam),
+                size_bytes=self._size_bytes(sess),
+                schema_version=read_version(sess) or 0,
+            )
+
+        return self._db.run(do, write=False)
+
+    def _size_bytes(self, sess: Session) -> int | None:
+        if self.backend == "sqlite":
+            db = self._db.parsed_url.database
+            if not db or db == ":memory:":
+                return None
+            return sum(os.path.getsize(p) for p in (db, db + "-wal") if os.path.exists(p))
+        try:
+            return int(sess.scalar(text("SELECT pg_database_size(current_database())")) or 0)
+        except SQLAlchemyError:
+            return None
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def gc(self, keep_top: int) -> int:
+        """Keep the ``keep_top`` best valid fresh records per (workload, hardware); return removed count."""
+        if keep_top < 1:
+            raise InvalidRecordError(f"keep_top must be >= 1, got {keep_top}")
+
+        def do(sess: Session) -> int:
+            ranked = (
+                select(
+                    RecordRow.id,
+                    func.row_number()
+                    .over(
+                        partition_by=(RecordRow.workload_id, RecordRow.hardware_id),
+                        order_by=(RecordRow.latency_s, RecordRow.id),
+                    )
+                    .label("rank"),
+                )
+                .where(RecordRow.latency_s.is_not(None), RecordRow.stale.is_(False))
+                .subquery()
+            )
+            keep = select(ranked.c.id).where(ranked.c.rank <= keep_top)
+            res = sess.execute(delete(RecordRow).where(RecordRow.id.not_in(keep)))
+            return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+        return self._db.run(do, write=True)
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._db.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __repr__(self) -> str:
+        return f"Store({self.display_url!r}{', read_only=True' if self.read_only else ''})"

@@ -1,0 +1,288 @@
+"""Preparing an imported model for tuning: weights bound as constants, convolutions converted to
+NHWC on CPU, the module legalized and fused so that every kernel is the TIR ``PrimFunc``
+MetaSchedule tunes (step 2 of :mod:`tunecache.tvm_layer.frontend`).
+
+Pipeline of :func:`prepare_for_tuning` (TVM's own ``static_shape_tuning_pipeline`` with
+``cpu_weight_prepack``, for weights bound as constants): ``BindParams`` → the target's library
+dispatch passes → ``DecomposeOpsForInference`` (batch norm becomes scale/shift arithmetic that
+fuses into the convolution before it) → on CPU, ``ConvertLayout`` of convolutions to NHWC
+(:data:`CONV_LAYOUTS`) → on CPU, ``FastMathTransform`` (:data:`FAST_MATH`) → ``LegalizeOps`` →
+``AnnotateTIROpPattern`` → ``FoldConstant`` (with weights bound, weight transposes and bias
+reshapes are computed once here instead of being tasks) → ``FuseOps`` → ``FuseTIR`` → on CPU, weights marked layout-free
+(:data:`WEIGHT_PREPACK`). :func:`~tunecache.tvm_layer.frontend.building.build` applies the
+database, then ``SplitLayoutRewritePreproc`` and ``FoldConstant``: a tuned kernel's weight
+re-layout runs once, at build time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tunecache.errors import TargetError
+from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.frontend.importing import ImportedModel
+from tunecache.tvm_layer.target import TargetLike, resolve_target
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+__all__ = [
+    "PREPARED_ATTR",
+    "CONV_LAYOUTS",
+    "FAST_MATH",
+    "WEIGHT_PREPACK",
+    "prepare_for_tuning",
+    "is_prepared",
+    "model_hash",
+]
+
+#: Module attribute set by :func:`prepare_for_tuning`; its value is the target kind.
+PREPARED_ATTR = "tunecache_prepared"
+
+
+def _backend_passes(target: tvm.target.Target) -> tuple[list[Any], list[Any], list[Any]]:
+    """Return (library dispatch, dataflow lowering, finalize) passes of the target's backend.
+
+    ``tvm.relax.pipeline.dataflow_lower_passes`` is broken in TVM 0.27 for CPU and CUDA (the
+    backend packages do not re-export it), so the backend's ``pipeline`` module is used
+    directly.
+    """
+    import importlib
+
+    kind = str(target.kind.name)
+    backend = {"llvm": "cpu_generic", "cuda": "cuda", "rocm": "rocm"}.get(kind, "gpu_generic")
+    pipeline = importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
+    return (
+        list(pipeline.library_dispatch_passes(target)),
+        list(pipeline.dataflow_lower_passes(target)),
+        list(pipeline.finalize_passes(target)),
+    )
+
+
+#: Layouts 2-D convolutions are converted to before legalization, per target kind. NHWC with
+#: HWIO weights puts channels innermost, so MetaSchedule vectorizes along them: at 64 trials a
+#: resnet18 3x3 conv (64 ch, 56x56) went from 2.32 ms in NCHW to 1.47 ms, one of layer 4
+#: (512 ch, 7x7, where NCHW's innermost loop has 7 iterations) from 3.31 ms to 1.16 ms; PyTorch
+#: eager takes 1.80 and 1.22 ms (docs/NOTES.md). Weights are transposed once, by FoldConstant;
+#: the model's inputs and outputs keep their layout (a transpose task at each end).
+CONV_LAYOUTS: dict[str, dict[str, list[str]]] = {"llvm": {"relax.nn.conv2d": ["NHWC", "HWIO"]}}
+
+#: Target kinds on which ``exp``, ``erf``, ``tanh`` and ``softmax`` use TVM's fast approximations
+#: (``relax.transform.FastMathTransform``: vectorizable polynomials). Without it, LLVM calls the
+#: C library's scalar ``erff`` per element: BERT-base's GELU took 6.2 ms a call on 128x3072
+#: values, a quarter of the model's time, against ~0.2 ms for PyTorch (docs/NOTES.md).
+FAST_MATH: frozenset[str] = frozenset({"llvm"})
+
+#: Target kinds whose kernels may choose their weights' layout (MetaSchedule's ``RewriteLayout``
+#: postprocessor, Ansor's layout rewrite): weights are marked layout-free before tuning, and
+#: :func:`~tunecache.tvm_layer.frontend.building.build` folds each kernel's weight re-layout
+#: into the constants once.
+WEIGHT_PREPACK: frozenset[str] = frozenset({"llvm"})
+
+
+def _bind(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
+    if not params:
+        return mod
+    from tvm import relax
+
+    return relax.transform.BindParams("main", dict(params))(mod)
+
+
+def model_hash(imported: ImportedModel | tvm.IRModule, target: TargetLike = None) -> str:
+    """Identify what :func:`prepare_for_tuning` would start from and how it would prepare it.
+
+    A digest of the imported module with its weights bound (TVM's structural hash covers
+    constant data: BERT-base's 440 MB in ~0.25 s) and of the preparation settings for the
+    target's kind (:data:`CONV_LAYOUTS`, :data:`FAST_MATH`, :data:`WEIGHT_PREPACK`). Equal
+    digests give equal prepared modules, hence equal tasks, with the same TVM and tunecache.
+    """
+    import hashlib
+    import json
+
+    import tvm_ffi
+
+    load_tvm()
+    kind = str(resolve_target(target).kind.name)
+    if isinstance(imported, ImportedModel):
+        mod, params = imported.mod, imported.params
+    else:
+        mod, params = imported, {}
+    doc = {
+        "model": str(tvm_ffi.structural_hash(_bind(mod, params))),
+        "kind": kind,
+        "conv_layouts": CONV_LAYOUTS.get(kind),
+        "fast_math": kind in FAST_MATH,
+        "weight_prepack": kind in WEIGHT_PREPACK,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def is_prepared(mod: tvm.IRModule) -> bool:
+    """Return whether ``mod`` came out of :func:`prepare_for_tuning`."""
+    attrs = mod.attrs
+    return attrs is not None and PREPARED_ATTR in attrs
+
+
+def prepare_for_tuning(
+    imported: ImportedModel | tvm.IRModule, target: TargetLike = None
+) -> tvm.IRModule:
+    """Bind weights, legalize and fuse: every kernel becomes the TIR function MetaSchedule tunes.
+
+    Parameters
+    ----------
+    imported
+        An :class:`~tunecache.tvm_layer.frontend.ImportedModel` (its ``params`` are bound), or
+        a Relax ``IRModule`` whose weights, if any, are constants already.
+    target
+        Anything :func:`~tunecache.tvm_layer.target.resolve_target` accepts. Legalization and
+        library dispatch depend on it, so tasks are for this target.
+
+    Returns
+    -------
+    tvm.IRModule
+        A module whose ``main`` calls fused ``PrimFunc`` s; it carries the attribute
+        ``tunecache_prepared`` (the target kind) so that
+        :func:`~tunecache.tvm_layer.frontend.building.build` does not fuse it again. Preparing
+        it again returns it unchanged.
+    """
+    tvm = load_tvm()  # legalizing and fusing need no tensor intrinsics, whatever the target
+    from tvm import relax
+
+    t = resolve_target(target)
+    if isinstance(imported, ImportedModel):
+        mod, params = imported.mod, imported.params
+    else:
+        mod, params = imported, {}
+    if is_prepared(mod):
+        _check_prepared_for(mod, t)
+        return mod
+    dispatch, _, _ = _backend_passes(t)
+    with t, tvm.transform.PassContext(opt_level=3):
+        mod = tvm.transform.Sequential([
+            *dispatch, relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
+        ])(_bind(mod, params))  # fmt: skip
+        mod = _convert_conv_layout(mod, CONV_LAYOUTS.get(str(t.kind.name)))
+        if str(t.kind.name) in FAST_MATH:
+            mod = relax.transform.FastMathTransform()(_fast_gelu(mod))
+        mod = tvm.transform.Sequential([
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+            relax.transform.DeadCodeElimination(),
+        ])(mod)  # fmt: skip
+        if str(t.kind.name) in WEIGHT_PREPACK:
+            mod = _mark_layout_free_weights(mod)
+    return mod.with_attr(PREPARED_ATTR, str(t.kind.name))
+
+
+def _mark_layout_free_weights(mod: tvm.IRModule) -> tvm.IRModule:
+    """Mark each kernel parameter that every caller passes a constant (a weight) as
+    ``layout_free_buffers``, which lets MetaSchedule's ``RewriteLayout`` choose its layout.
+
+    TVM's ``AttachAttrLayoutFreeBuffers`` does the same but copies every kernel under a new
+    name (``mean`` becomes ``mean1``), and task names are what reports show.
+    """
+    tvm = load_tvm()
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    constant_args: dict[str, set[int]] = {}
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            v = binding.value
+            if isinstance(v, relax.Call) and v.op.same_as(call_tir):
+                name = v.args[0].name_hint
+                here = {i for i, a in enumerate(v.args[1].fields) if isinstance(a, tvm.ir.expr.Constant)}
+                constant_args[name] = constant_args.get(name, here) & here
+    for name, idx in constant_args.items():
+        if idx:  # `mod` is the fresh output of this module's own passes: update it in place
+            gv = mod.get_global_var(name)
+            mod[gv] = mod[gv].with_attr("layout_free_buffers", sorted(idx))
+    return mod
+
+
+def _count_permutes(mod: tvm.IRModule) -> int:
+    """Count the transposes in ``mod``'s ``main`` of data that depends on the model's inputs
+    (a transposed weight or bias is folded once, not run)."""
+    tvm = load_tvm()
+    from tvm import relax
+
+    permute = tvm.ir.Op.get("relax.permute_dims")
+    main = mod["main"]
+    live = {v.__chandle__() for v in main.params}  # variables computed from the inputs
+    n = 0
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            if any(u.__chandle__() in live for u in relax.analysis.free_vars(binding.value)):
+                live.add(binding.var.__chandle__())
+                v = binding.value
+                n += isinstance(v, relax.Call) and v.op.same_as(permute)
+    return n
+
+
+def _fast_gelu(mod: tvm.IRModule) -> tvm.IRModule:
+    """Write float32 ``nn.gelu`` / ``nn.gelu_tanh`` with TVM's fast ``erf`` / ``tanh``.
+
+    ``FastMathTransform`` replaces ``relax.erf`` and ``relax.tanh`` calls, but GELU is one
+    operator whose legalization calls the scalar C library ``erff`` inside: measured on one
+    128x3072 GELU here, 3.1 ms with ``erf`` vs 0.13 ms with ``fast_erf``.
+    """
+    tvm = load_tvm()
+    from tvm import relax, topi
+    from tvm.relax import expr_functor
+
+    def gelu(x: Any) -> Any:
+        return topi.multiply(x, topi.add(topi.multiply(topi.fast_erf(topi.multiply(x, 0.7071067811865476)), 0.5), 0.5))
+
+    def gelu_tanh(x: Any) -> Any:
+        inner = topi.multiply(topi.add(x, topi.multiply(topi.multiply(topi.multiply(x, x), x), 0.044715)),
+                              0.7978845608028654)
+        return topi.multiply(x, topi.add(topi.multiply(topi.fast_tanh(inner), 0.5), 0.5))
+
+    fast = {"relax.nn.gelu": gelu, "relax.nn.gelu_tanh": gelu_tanh}
+
+    @expr_functor.mutator
+    class _Gelu(relax.PyExprMutator):
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            op = call.op
+            if isinstance(op, tvm.ir.Op) and op.name in fast and call.args[0].ty.dtype == "float32":
+                return self.builder_.call_te(fast[op.name], call.args[0])
+            return call
+
+    rewriter = _Gelu(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
+
+
+def _convert_conv_layout(mod: tvm.IRModule, layouts: Mapping[str, list[str]] | None) -> tvm.IRModule:
+    """Convert convolutions to ``layouts`` when that adds transposes only near the model's ends
+    (at most two per input and output).
+
+    An operator the conversion does not know (e.g. ``clip``, MobileNet's ReLU6) gets a
+    transpose on each side, a copy of the activations at every layer that costs more than the
+    layout wins: then the module is returned unchanged.
+    """
+    if not layouts:
+        return mod
+    from tvm import relax
+
+    converted = relax.transform.ConvertLayout(dict(layouts))(mod)
+    main = mod["main"]
+    ends = len(main.params) + max(1, len(getattr(main.ret_ty, "fields", ())))
+    # resnet18 gets 3 (its input, the output of the last conv block and one more), MobileNetV2 34.
+    return converted if _count_permutes(converted) - _count_permutes(mod) <= 2 * ends else mod
+
+
+def _check_prepared_for(mod: tvm.IRModule, target: tvm.target.Target) -> None:
+    prepared_kind = str(mod.attrs[PREPARED_ATTR])
+    if prepared_kind != str(target.kind.name):
+        raise TargetError(
+            f"this module was prepared for a {prepared_kind} target and cannot be built for "
+            f"{target.kind.name}: call prepare_for_tuning on the imported model with this target"
+        )
