@@ -211,3 +211,85 @@ def test_cli_db_commands(tuned: dict[str, Any], tmp_path: Path) -> None:
     assert gc.returncode == 0
     assert Store(str(tmp_path / "new.db")).count_records() == 1
     assert WorkloadKey(tuned["key"].shash) == tuned["key"]
+
+
+# -- every measured repeat, and MetaSchedule's database contract -------------------------------
+
+A_SECS, B_SECS = [1.5, 2.5, 1.8], [1.0, 3.0, 2.9]  # means 1.933 and 2.3: A first, though B has the minimum
+
+
+@pytest.fixture
+def repeats(tuned: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    """A fresh SQLite file with two records of three repeats each and a failed one, through the adapter."""
+    from tvm.s_tir import meta_schedule as ms
+
+    target, hw, mod = tuned["target"], tuned["hw"], tuned["mod"]
+    source = tuned["db"]
+    traces = source.get_top_k(source.commit_workload(mod), 3)
+    assert len(traces) >= 2
+    path = tmp_path / "repeats.db"
+    store = Store(path)
+    db = make_database(store, hw, target)
+    wl = db.commit_workload(mod)
+    made = {}
+    for name, trec, secs in (("a", traces[0], A_SECS), ("b", traces[1], B_SECS), ("failed", traces[-1], [1e10])):
+        db.commit_tuning_record(ms.database.TuningRecord(trec.trace, wl, secs, target, trec.args_info))
+        made[name] = store.records()[-1]
+    return {**tuned, "path": path, "store": store, "db": db, "wl": wl, "made": made}
+
+
+def _secs(tvm_record: Any) -> list[float]:
+    return [float(x) for x in tvm_record.run_secs]
+
+
+def test_every_measured_repeat_is_kept_and_given_back(repeats: dict[str, Any], tmp_path: Path) -> None:
+    store, db, wl, made = repeats["store"], repeats["db"], repeats["wl"], repeats["made"]
+    # The store keeps each repeat and ranks by their mean.
+    assert list(made["a"].run_secs) == A_SECS and made["a"].latency_s == pytest.approx(sum(A_SECS) / 3)
+    assert list(made["b"].run_secs) == B_SECS and made["failed"].latency_s is None
+    # MetaSchedule gets every repeat back, best mean first, the failed record skipped.
+    assert [_secs(r) for r in db.get_top_k(wl, 5)] == [A_SECS, B_SECS]
+    assert sorted(_secs(r) for r in db.get_all_tuning_records()) == sorted([A_SECS, B_SECS])
+    # So does a JSONDatabase export, which a stock JSONDatabase ranks the same way.
+    from tvm.s_tir import meta_schedule as ms
+
+    assert export_jsondb(store, tmp_path / "jdb", hardware=repeats["hw"]) == 2
+    lines = [json.loads(x) for x in (tmp_path / "jdb" / RECORD_FILE).read_text().splitlines()]
+    assert [body[1] for _i, body in lines] == [A_SECS, B_SECS]
+    jdb = ms.database.JSONDatabase(work_dir=str(tmp_path / "jdb"), allow_missing=False)
+    assert [_secs(r) for r in jdb.get_top_k(jdb.commit_workload(repeats["mod"]), 5)] == [A_SECS, B_SECS]
+
+
+def test_a_second_adapter_over_the_same_file_sees_the_repeats(repeats: dict[str, Any]) -> None:
+    other = make_database(Store(repeats["path"]), repeats["hw"], repeats["target"])
+    assert other.has_workload(repeats["mod"]) and len(other) == 3
+    assert [_secs(r) for r in other.get_top_k(other.commit_workload(repeats["mod"]), 5)] == [A_SECS, B_SECS]
+
+
+def test_a_remeasured_record_is_handed_over_at_its_remeasured_latency(repeats: dict[str, Any]) -> None:
+    store, db, wl, made = repeats["store"], repeats["db"], repeats["wl"], repeats["made"]
+    store.set_latency(made["a"].uid, 5.0, cv=0.01)
+    assert [_secs(r) for r in db.get_top_k(wl, 5)] == [B_SECS, [5.0]]
+    assert list(store.records(workload=repeats["key"])[0].run_secs) == A_SECS  # still as measured
+
+
+def test_metaschedule_database_contract(repeats: dict[str, Any]) -> None:
+    from tvm.s_tir import meta_schedule as ms
+
+    db, mod, target, wl = repeats["db"], repeats["mod"], repeats["target"], repeats["wl"]
+    rec = db.query(mod, target, kind="record")
+    assert _secs(rec) == A_SECS
+    assert db.query(mod, target, kind="schedule") is not None
+    assert db.query(mod, target, kind="ir_module") is not None
+    with db:
+        assert ms.database.Database.current().same_as(db)
+    # UnionDatabase picks the best mean of its databases; OrderedUnionDatabase the first that has one.
+    better, worse = ms.database.MemoryDatabase(), ms.database.MemoryDatabase()
+    for mem, secs in ((better, [1.7, 1.7, 1.7]), (worse, [2.0, 2.0, 2.0])):
+        mem.commit_tuning_record(ms.database.TuningRecord(rec.trace, mem.commit_workload(mod), secs, target,
+                                                          rec.args_info))
+    assert _secs(ms.database.UnionDatabase(db, better).query(mod, target, kind="record")) == [1.7, 1.7, 1.7]
+    assert _secs(ms.database.UnionDatabase(worse, db).query(mod, target, kind="record")) == A_SECS
+    assert _secs(ms.database.OrderedUnionDatabase(db, better).query(mod, target, kind="record")) == A_SECS
+    assert _secs(ms.database.OrderedUnionDatabase(better, db).query(mod, target, kind="record")) == [1.7] * 3
+    assert len(db.get_top_k(wl, 1)) == 1

@@ -69,7 +69,7 @@ def test_every_implementation_defines_every_contract_method(cls: type[BaseStore]
 def test_store_package_imports_neither_sqlalchemy_nor_tvm() -> None:
     code = (
         "import sys, tunecache.store, tunecache.store.keys, tunecache.store.records, tunecache.store.contract, "
-        "tunecache.store.values, tunecache.store.overlay, tunecache.store.claims; "
+        "tunecache.store.values, tunecache.store.overlay, tunecache.store.claims, tunecache.store.location; "
         "assert 'sqlalchemy' not in sys.modules and 'tvm' not in sys.modules, "
         "sorted(m for m in sys.modules if m.startswith(('sqlalchemy', 'tvm')))[:5]"
     )
@@ -79,7 +79,7 @@ def test_store_package_imports_neither_sqlalchemy_nor_tvm() -> None:
 
 def test_open_store_opens_or_passes_through(tmp_path: Path) -> None:
     st = open_store("memory")
-    assert isinstance(st, Store) and isinstance(st, BaseStore)
+    assert isinstance(st, Store) and isinstance(st, BaseStore) and not st.persistent
     assert open_store(st) is st
     ov = open_store(st, overlay=Store("memory"))
     assert isinstance(ov, OverlayStore) and ov.base is st and open_store(ov) is ov

@@ -2,7 +2,7 @@
 
 Importing this package imports neither SQLAlchemy nor TVM: the values (:mod:`.keys`,
 :mod:`.records`, :mod:`.values`), the contract (:class:`BaseStore`), :func:`open_store`,
-:class:`OverlayStore` load eagerly; the SQL implementation (:class:`Store`,
+:func:`parse_store_url`, :class:`OverlayStore` load eagerly; the SQL implementation (:class:`Store`,
 :func:`normalize_url`, :data:`SCHEMA_VERSION`, :func:`upgrade_store`) loads on first use.
 """
 
@@ -21,6 +21,7 @@ from tunecache.store.keys import (
     WorkloadKey,
     explain_miss,
 )
+from tunecache.store.location import ACCEPTED_FORMS, StoreLocation, parse_store_url
 from tunecache.store.overlay import OverlayStore
 from tunecache.store.records import Provenance, Record
 from tunecache.store.values import StoredWorkload, StoreStats
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from tunecache.store._sql.store import Store
 
 __all__ = [
+    "ACCEPTED_FORMS",
     "SCHEMA_VERSION",
     "BaseStore",
     "HardwareKey",
@@ -43,6 +45,7 @@ __all__ = [
     "Provenance",
     "Record",
     "Store",
+    "StoreLocation",
     "StoreStats",
     "StoredWorkload",
     "TraceReplayer",
@@ -52,6 +55,7 @@ __all__ = [
     "explain_miss",
     "normalize_url",
     "open_store",
+    "parse_store_url",
     "upgrade_store",
 ]
 

@@ -60,9 +60,13 @@ class BaseStore(abc.ABC):
     which nobody can claim it.
 
     **Errors.** Failures of the database surface as :class:`tunecache.errors.StoreError` or one
-    of its subclasses: :class:`~tunecache.errors.StoreURLError` (a location that cannot be
-    parsed), :class:`~tunecache.errors.SchemaVersionError` (a schema this tunecache does not
-    understand), :class:`~tunecache.errors.ReadOnlyStoreError` (a write to a read-only store).
+    of its subclasses: :class:`~tunecache.errors.StoreURLError` (a location that is not one of
+    :data:`tunecache.store.location.ACCEPTED_FORMS`; also a :class:`~tunecache.errors.ConfigError`),
+    :class:`~tunecache.errors.SchemaVersionError` (a schema this tunecache does not understand),
+    :class:`~tunecache.errors.ReadOnlyStoreError` (a write to a read-only store; an SQLite file
+    this user cannot write opens read-only by itself, see :attr:`read_only`). Opening a missing
+    SQLite file read-only (or with ``create=False``) raises :class:`~tunecache.errors.StoreError`
+    naming it, and creates nothing.
     An invalid record or argument raises :class:`tunecache.errors.InvalidRecordError`, before
     anything is written. A missing optional driver raises
     :class:`tunecache.errors.DependencyError` when the store is opened.
@@ -80,7 +84,8 @@ class BaseStore(abc.ABC):
         Returns
         -------
         str
-            E.g. ``sqlite:///home/me/.cache/tunecache/tunecache.db`` or ``sqlite://`` (memory).
+            E.g. ``sqlite:////home/me/.cache/tunecache/tunecache.db`` (an absolute path after
+            ``sqlite:///``) or ``sqlite://`` (memory).
         """
 
     @property
@@ -108,10 +113,51 @@ class BaseStore(abc.ABC):
     def read_only(self) -> bool:
         """Return whether every write raises :class:`~tunecache.errors.ReadOnlyStoreError`.
 
+        True when read-only access was asked for, and also for an SQLite file this user cannot
+        write or whose directory it cannot write (a team store on a read-only mount): such a
+        store opens read-only by itself and serves reads.
+
         Returns
         -------
         bool
         """
+
+    @property
+    @abc.abstractmethod
+    def persistent(self) -> bool:
+        """Return whether records written here outlive the process.
+
+        ``False`` for an in-memory store (``"memory"``), whose records are lost when the process
+        ends: a report should say so. An overlay store is as persistent as its overlay.
+
+        Returns
+        -------
+        bool
+        """
+
+    @property
+    def immutable(self) -> bool:
+        """Return whether the store is read as an immutable snapshot (changes made after opening unseen).
+
+        An SQLite file opened read-only where SQLite's ``-wal``/``-shm`` files cannot or should
+        not be created (see :mod:`tunecache.store._sql.engine`). Stores that have no such mode
+        return ``False``.
+
+        Returns
+        -------
+        bool
+        """
+        return False
+
+    @property
+    def read_only_reason(self) -> str:
+        """Return why writes are refused, for messages and reports (``""`` when they are not).
+
+        Returns
+        -------
+        str
+        """
+        return "opened read-only" if self.read_only else ""
 
     @property
     @abc.abstractmethod

@@ -68,6 +68,21 @@ class OverlayStore(BaseStore):
         return self.overlay.read_only
 
     @property
+    def persistent(self) -> bool:
+        """Return whether the overlay (where new records go) outlives the process."""
+        return self.overlay.persistent
+
+    @property
+    def immutable(self) -> bool:
+        """Return whether either store is read as an immutable snapshot (typically ``base``, on a read-only mount)."""
+        return self.overlay.immutable or self.base.immutable
+
+    @property
+    def read_only_reason(self) -> str:
+        """Return why the overlay refuses writes (``""`` when it does not)."""
+        return self.overlay.read_only_reason
+
+    @property
     def schema_version(self) -> int:
         """Return the overlay's schema version."""
         return self.overlay.schema_version

@@ -332,6 +332,7 @@ class StoreContract:
         assert store.backend in ("sqlite", "postgresql")
         assert "://" in store.url and store.display_url
         assert store.schema_version >= 1 and store.stats().schema_version == store.schema_version
-        assert not store.read_only
+        assert not store.read_only and store.read_only_reason == "" and not store.immutable
+        assert isinstance(store.persistent, bool)
         with store as entered:
             assert entered is store

@@ -7,6 +7,7 @@ databases ignore the target: tvm issue 15549).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -17,10 +18,10 @@ from tunecache import config
 from tunecache.errors import InvalidRecordError, ReadOnlyStoreError, TunecacheError
 from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
-from tunecache.store.records import Provenance, Record
+from tunecache.store.records import Provenance, Record, mean_latency
 from tunecache.tvm_layer import load_tvm
 
-__all__ = ["make_database", "CommitEvent", "reraise_store_error"]
+__all__ = ["make_database", "CommitEvent", "measured_for_tvm", "reraise_store_error"]
 
 
 def reraise_store_error(database: Any, err: BaseException) -> None:
@@ -40,6 +41,38 @@ class CommitEvent:
 
 _CLASS: Any = None
 _CLASS_LOCK = threading.Lock()
+
+
+def measured_for_tvm(record: Record) -> Record:
+    """Return ``record`` as MetaSchedule is handed it: with every repeat it was measured with.
+
+    The store keeps every measured repeat (``run_secs``) and ranks by their mean
+    (``latency_s``). :func:`~tunecache.tvm_layer.convert.record_to_tvm` hands MetaSchedule
+    ``[latency_s]`` for a record with a latency, which collapsed ``[1.5, 2.5, 1.8]`` into
+    ``[1.933]``; for a record whose ranking latency *is* the mean of its repeats, the repeats are
+    handed over instead, so MetaSchedule sees what was measured and still ranks it (by mean, as
+    ``UnionDatabase`` does) where the store does. A record re-measured since
+    (:meth:`~tunecache.store.contract.BaseStore.set_latency`: its latency is no longer the mean
+    of its repeats) is handed ``[latency_s]``, the re-measurement, so MetaSchedule's ranking
+    keeps agreeing with the store's.
+
+    Parameters
+    ----------
+    record
+        A record read from the store.
+
+    Returns
+    -------
+    Record
+        ``record`` itself, or a copy without ``latency_s`` (which makes ``record_to_tvm`` pass
+        its ``run_secs``).
+    """
+    if record.latency_s is None or not record.run_secs or record.cv is not None:
+        return record
+    mean = mean_latency(record.run_secs)
+    if mean is None or not math.isclose(mean, record.latency_s, rel_tol=1e-9, abs_tol=0.0):
+        return record
+    return replace(record, latency_s=None)
 
 
 def _database_class() -> Any:
@@ -139,11 +172,12 @@ def _database_class() -> Any:
                     self.on_commit(CommitEvent(key, rec))
 
             def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
+                # The store's order (mean of the repeats, or the re-measurement), every repeat kept.
                 wkey = WorkloadKey(str(workload.as_json()[0]))
                 out = []
                 for rec in self.store.best_k(wkey, self.hardware, top_k):
                     try:
-                        out.append(record_to_tvm(rec, workload, self.target))
+                        out.append(record_to_tvm(measured_for_tvm(rec), workload, self.target))
                     except InvalidRecordError:
                         continue  # a record that no longer loads is skipped, like MetaSchedule does
                 return out
@@ -163,7 +197,7 @@ def _database_class() -> Any:
                             continue
                         wls[rec.workload.shash] = wl
                     try:
-                        out.append(record_to_tvm(rec, wl, self.target))
+                        out.append(record_to_tvm(measured_for_tvm(rec), wl, self.target))
                     except InvalidRecordError:
                         continue
                 return out

@@ -3,6 +3,28 @@
 SQLite files run in WAL mode with a 30 s busy timeout (many processes of one machine write
 concurrently); an in-memory SQLite store is one shared connection, so its transactions take
 turns under a lock; PostgreSQL goes through psycopg 3.
+
+**How an SQLite file is opened** (:func:`sqlite_access`). Read-write when that was asked and
+this user can write both the file and its directory (WAL mode creates ``-wal`` and ``-shm``
+files beside it). Otherwise read-only, with one of SQLite's URI modes:
+
+- ``mode=ro`` when the file has a ``-wal`` with content (changes not yet checkpointed into the
+  file, which only this mode reads), when the file is in rollback-journal mode, or when the
+  user owns the file and may write its directory. It takes SQLite's locks and sees what
+  concurrent writers commit. On a WAL file it needs the ``-shm`` file: it opens an existing one
+  read-only, or creates one (and an empty ``-wal``) owned by this user;
+- ``mode=ro&immutable=1`` for a WAL file with no ``-wal`` content whose ``-wal``/``-shm`` this
+  user cannot or should not create: its directory is not writable (a read-only mount), or the
+  file belongs to someone else (the files a ``mode=ro`` reader creates belong to the reader,
+  and the file's owner then fails every write with "attempt to write a readonly database"
+  until they are deleted: measured on SQLite 3.40). Immutable creates nothing and takes no
+  locks, and that is its cost: SQLite assumes the file never changes, so a concurrent writer's
+  commits are not seen by this store object, and a checkpoint rewriting pages while it reads
+  can surface as a read error (SQLITE_CORRUPT, raised as :class:`StoreError`): reopen the store.
+
+A file with un-checkpointed changes in its ``-wal``, no ``-shm`` and a directory this user
+cannot write cannot be read at all (``mode=ro`` needs the ``-shm``; immutable would silently
+skip the ``-wal``'s records): that is a :class:`StoreError` that says so.
 """
 
 from __future__ import annotations
@@ -10,29 +32,31 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import QueuePool, StaticPool
 
-from tunecache import config
 from tunecache.errors import DependencyError, ReadOnlyStoreError, StoreError, StoreURLError
+from tunecache.store.location import StoreLocation, parse_store_url
 
-__all__ = ["Database", "is_transient", "normalize_url"]
+__all__ = ["Database", "SQLiteAccess", "is_transient", "normalize_url", "sqlite_access"]
 
 T = TypeVar("T")
 
 #: Attempts of one transaction that meets transient lock or serialization failures.
 RETRIES = 12
 
-_MEMORY_NAMES = ("memory", ":memory:", "sqlite://", "sqlite:///:memory:")
 _TRANSIENT = (
     "database is locked",
     "database is busy",
@@ -48,9 +72,10 @@ def normalize_url(url: str | os.PathLike[str] | None) -> str:
     Parameters
     ----------
     url
-        ``None`` means the default (``TUNECACHE_DB`` or the user cache file); a plain path an
-        SQLite file; ``memory`` / ``sqlite://`` an in-memory SQLite store; ``postgresql://``
-        gets the psycopg 3 driver.
+        See :func:`tunecache.store.location.parse_store_url`: ``None`` means the default
+        (``TUNECACHE_DB`` or the user cache file); a path or ``sqlite:///`` URL an SQLite file
+        (made absolute); ``memory`` an in-memory SQLite store; ``postgresql://`` gets the
+        psycopg 3 driver.
 
     Returns
     -------
@@ -60,7 +85,7 @@ def normalize_url(url: str | os.PathLike[str] | None) -> str:
     Raises
     ------
     StoreURLError
-        For an unknown scheme.
+        For anything but the accepted forms (it lists them).
 
     Examples
     --------
@@ -69,22 +94,7 @@ def normalize_url(url: str | os.PathLike[str] | None) -> str:
     >>> normalize_url("postgresql://me@db.example/tc")
     'postgresql+psycopg://me@db.example/tc'
     """
-    if url is None:
-        url = config.default_store_url()
-    url = os.fspath(url)
-    if url in _MEMORY_NAMES:
-        return "sqlite://"
-    if "://" not in url:
-        return "sqlite:///" + str(Path(url).expanduser().resolve())
-    scheme = url.split("://", 1)[0]
-    if scheme in ("postgres", "postgresql"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    if scheme in ("sqlite", "postgresql+psycopg"):
-        return url
-    raise StoreURLError(
-        f"unknown store URL scheme {scheme!r} in {url!r}: use a file path, 'sqlite:///path/to.db', "
-        "'memory', or 'postgresql://user@host/dbname'"
-    )
+    return parse_store_url(url).url
 
 
 def is_transient(err: BaseException) -> bool:
@@ -103,15 +113,136 @@ def is_transient(err: BaseException) -> bool:
     return any(s in msg for s in _TRANSIENT)
 
 
-def make_engine(url: str, *, read_only: bool) -> Engine:
-    """Create the SQLAlchemy engine of a normalised store URL.
+@dataclass(frozen=True)
+class SQLiteAccess:
+    """How an SQLite file is opened (see the module docstring).
+
+    Attributes
+    ----------
+    mode
+        ``"rw"`` (read-write, WAL), ``"ro"`` (SQLite ``mode=ro``) or ``"immutable"``
+        (``mode=ro&immutable=1``).
+    reason
+        Why it is read-only (``""`` for ``"rw"``), for messages.
+    """
+
+    mode: Literal["rw", "ro", "immutable"]
+    reason: str = ""
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK)
+
+
+def _wal_mode(path: Path) -> bool:
+    """Return whether the SQLite file's header says WAL (file format bytes 18-19 are 2)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError as err:
+        raise StoreError(f"cannot read store file {path}: {err}; check its permissions") from err
+    if len(head) < 20:
+        return False  # empty or not SQLite: SQLite itself says so when it is opened
+    return head[18] == 2 and head[19] == 2
+
+
+def sqlite_access(path: Path, *, read_only: bool, create: bool) -> SQLiteAccess:
+    """Decide how to open an SQLite store file, creating nothing unless it will be written.
 
     Parameters
     ----------
-    url
-        A URL from :func:`normalize_url`.
+    path
+        The absolute path of the file.
     read_only
-        Open without write access (SQLite ``mode=ro``; a PostgreSQL read-only transaction).
+        The caller asked for read-only access.
+    create
+        A missing file may be created (with its directory); ignored when ``read_only``.
+
+    Returns
+    -------
+    SQLiteAccess
+
+    Raises
+    ------
+    StoreError
+        If the file does not exist and may not be created (the message names it), is a
+        directory, cannot be read, or has un-checkpointed ``-wal`` changes that cannot be read
+        (see the module docstring).
+    """
+    if not path.exists():
+        if read_only or not create:
+            raise StoreError(
+                f"store file {path} does not exist (nothing was created: this command only reads); "
+                "check the path, or create the store with a command that writes it "
+                f"(e.g. `tunecache compile MODEL --db {path}` or `tunecache db import DIR --db {path}`)"
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StoreError(f"cannot create the directory of store {path}: {err}") from err
+        return SQLiteAccess("rw")
+    if path.is_dir():
+        raise StoreError(
+            f"store location {path} is a directory: give the path of a file in it (e.g. {path}/tunecache.db)"
+        )
+    if not os.access(path, os.R_OK):
+        raise StoreError(f"cannot read store file {path} (permission denied): ask its owner for read access")
+    directory = path.parent
+    dir_writable = _writable(directory)
+    if not read_only and _writable(path) and dir_writable:
+        return SQLiteAccess("rw")
+    if read_only:
+        reason = "opened read-only"
+    elif not _writable(path):
+        reason = f"this user cannot write {path}"
+    else:
+        reason = f"this user cannot write its directory {directory} (SQLite needs it for its -wal and -shm files)"
+    if not _wal_mode(path):
+        return SQLiteAccess("ro", reason)
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    wal_content = wal.exists() and wal.stat().st_size > 0
+    if wal_content or (wal.exists() and shm.exists()):
+        if shm.exists() or dir_writable:
+            return SQLiteAccess("ro", reason)
+        raise StoreError(
+            f"store file {path} has changes in {wal} that SQLite cannot read without creating {shm}, and "
+            f"this user cannot write {directory}: ask the store's owner to checkpoint it "
+            f"(`sqlite3 {path} 'PRAGMA wal_checkpoint(TRUNCATE)'`, or close every process writing it), "
+            "or copy the store and its -wal file somewhere writable"
+        )
+    if dir_writable and path.stat().st_uid == os.geteuid():
+        return SQLiteAccess("ro", reason)
+    return SQLiteAccess(
+        "immutable",
+        reason + "; read as an immutable snapshot: changes written to it after opening are not seen",
+    )
+
+
+def _sqlite_creator(path: Path, mode: str) -> Callable[[], sqlite3.Connection]:
+    """Return a function connecting to ``path``; the path never goes through URL parsing."""
+    if mode == "rw":
+        target, uri = str(path), False
+    else:
+        query = "mode=ro" if mode == "ro" else "mode=ro&immutable=1"
+        target, uri = f"file:{quote(str(path), safe='/')}?{query}", True
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(target, uri=uri, timeout=30, check_same_thread=False)
+
+    return connect
+
+
+def make_engine(location: StoreLocation, *, read_only: bool, access: SQLiteAccess | None = None) -> Engine:
+    """Create the SQLAlchemy engine of a parsed store location.
+
+    Parameters
+    ----------
+    location
+        From :func:`~tunecache.store.location.parse_store_url`.
+    read_only
+        Open without write access (a PostgreSQL read-only transaction).
+    access
+        For an SQLite file: how to open it (:func:`sqlite_access`); required there.
 
     Returns
     -------
@@ -120,18 +251,25 @@ def make_engine(url: str, *, read_only: bool) -> Engine:
     Raises
     ------
     StoreURLError
-        If the URL cannot be parsed.
-    StoreError
-        If a read-only SQLite file does not exist or a file's directory cannot be created.
+        If a PostgreSQL URL cannot be parsed.
     DependencyError
         For PostgreSQL without psycopg 3.
     """
+    if location.kind == "memory":
+        engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+        _sqlite_pragmas(engine, wal=False)
+        return engine
+    if location.kind == "sqlite":
+        assert location.path is not None and access is not None
+        engine = create_engine(
+            "sqlite://", creator=_sqlite_creator(location.path, access.mode), poolclass=QueuePool
+        )
+        _sqlite_pragmas(engine, wal=access.mode == "rw")
+        return engine
     try:
-        u = make_url(url)
+        make_url(location.url)
     except ArgumentError as err:
-        raise StoreURLError(f"cannot parse store URL {url!r}: {err}") from err
-    if u.get_backend_name() == "sqlite":
-        return _sqlite_engine(u.database, read_only=read_only)
+        raise StoreURLError(f"cannot parse store URL {location.given!r}: {err}") from err
     try:
         import psycopg  # noqa: F401
     except ImportError as err:
@@ -139,27 +277,10 @@ def make_engine(url: str, *, read_only: bool) -> Engine:
     args: dict[str, Any] = {"connect_timeout": 10}
     if read_only:
         args["options"] = "-c default_transaction_read_only=on"
-    return create_engine(url, pool_pre_ping=True, connect_args=args)
+    return create_engine(location.url, pool_pre_ping=True, connect_args=args)
 
 
-def _sqlite_engine(database: str | None, *, read_only: bool) -> Engine:
-    if not database or database == ":memory:":
-        engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
-    else:
-        path = Path(database)
-        if read_only:
-            if not path.exists():
-                raise StoreError(f"store file {path} does not exist (opened read-only)")
-            url = f"sqlite:///file:{path}?mode=ro&uri=true"
-        else:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise StoreError(f"cannot create the directory of store {path}: {err}") from err
-            url = f"sqlite:///{path}"
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
-    wal = database not in (None, "", ":memory:") and not read_only
-
+def _sqlite_pragmas(engine: Engine, *, wal: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:  # pragma: no cover - trivial
         cur = dbapi_conn.cursor()
@@ -170,34 +291,54 @@ def _sqlite_engine(database: str | None, *, read_only: bool) -> Engine:
             cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
 
-    return engine
-
 
 class Database:
     """An engine with the store's settings, and its transactions.
 
     Parameters
     ----------
-    url
-        A URL from :func:`normalize_url`.
+    location
+        Where the store lives: a :class:`~tunecache.store.location.StoreLocation`, or a URL
+        or path that :func:`~tunecache.store.location.parse_store_url` parses.
     read_only
         Open without write access: a write transaction raises
-        :class:`~tunecache.errors.ReadOnlyStoreError`.
+        :class:`~tunecache.errors.ReadOnlyStoreError`. An SQLite file this user cannot write
+        (or whose directory it cannot write) opens read-only even without it.
+    create
+        A missing SQLite file may be created (with its directory); with ``False`` (or
+        ``read_only``) a missing file raises :class:`~tunecache.errors.StoreError` and nothing
+        is created.
 
     Raises
     ------
     StoreURLError, StoreError, DependencyError
-        As :func:`make_engine`.
+        As :func:`~tunecache.store.location.parse_store_url`, :func:`sqlite_access` and
+        :func:`make_engine`.
     """
 
-    def __init__(self, url: str, *, read_only: bool = False) -> None:
-        self.url = url
+    def __init__(
+        self, location: StoreLocation | str | os.PathLike[str] | None, *, read_only: bool = False, create: bool = True
+    ) -> None:
+        self.location = location if isinstance(location, StoreLocation) else parse_store_url(location)
+        self.url = self.location.url
+        self.access: SQLiteAccess | None = None
+        if self.location.kind == "sqlite":
+            assert self.location.path is not None
+            self.access = sqlite_access(self.location.path, read_only=read_only, create=create)
+            read_only = self.access.mode != "rw"
+        #: Why writes are refused ("" when they are not).
+        self.read_only_reason = (self.access.reason if self.access else "opened read-only") if read_only else ""
         self.read_only = read_only
-        self.engine = make_engine(url, read_only=read_only)
+        self.engine = make_engine(self.location, read_only=read_only, access=self.access)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         # In-memory SQLite is one connection shared by every thread: one transaction at a time
         # (re-entrant: a read may run inside another session of the same thread).
         self._lock: threading.RLock | None = threading.RLock() if isinstance(self.engine.pool, StaticPool) else None
+
+    @property
+    def immutable(self) -> bool:
+        """Return whether an SQLite file is read as an immutable snapshot (see the module docstring)."""
+        return self.access is not None and self.access.mode == "immutable"
 
     @property
     def backend(self) -> str:
@@ -206,12 +347,14 @@ class Database:
 
     @property
     def parsed_url(self) -> URL:
-        """Return the parsed URL."""
+        """Return the parsed URL (for PostgreSQL; an SQLite file's path is ``location.path``)."""
         return make_url(self.url)
 
     @property
     def display_url(self) -> str:
         """Return the URL with any password hidden."""
+        if self.location.kind != "postgresql":
+            return self.url
         return self.parsed_url.render_as_string(hide_password=True)
 
     @contextlib.contextmanager
@@ -237,8 +380,8 @@ class Database:
         """
         if write and self.read_only:
             raise ReadOnlyStoreError(
-                f"store {self.display_url} is open read-only: write to a local overlay "
-                "(`--overlay PATH`) and `tunecache db push` it later"
+                f"store {self.display_url} is open read-only ({self.read_only_reason}): write to a local "
+                "overlay (`--overlay PATH`) and `tunecache db push` it later"
             )
         with self._lock if self._lock is not None else contextlib.nullcontext():
             sess = self._sessions()

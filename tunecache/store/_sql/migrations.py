@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from sqlalchemy import Connection, create_engine, text
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from tunecache.errors import SchemaVersionError, StoreError
-from tunecache.store._sql.engine import normalize_url
+from tunecache.errors import ReadOnlyStoreError, SchemaVersionError, StoreError
+from tunecache.store._sql.engine import Database
 from tunecache.store._sql.schema import SCHEMA_VERSION, Base, ClaimRow
 
 __all__ = ["MIGRATIONS", "upgrade"]
@@ -36,7 +36,8 @@ def upgrade(url: str | os.PathLike[str] | None) -> tuple[int, int]:
     Parameters
     ----------
     url
-        The store's location (see :func:`~tunecache.store.normalize_url`).
+        The store's location (see :func:`~tunecache.store.location.parse_store_url`); a
+        missing SQLite file is created with a fresh schema.
 
     Returns
     -------
@@ -45,19 +46,30 @@ def upgrade(url: str | os.PathLike[str] | None) -> tuple[int, int]:
 
     Raises
     ------
+    StoreURLError
+        If ``url`` is not an accepted store location.
     SchemaVersionError
         If the store is newer than this tunecache, or a step is missing.
+    ReadOnlyStoreError
+        If this user cannot write the store.
     StoreError
         If the database fails (nothing was changed).
     """
     from tunecache.store._sql.store import Store
 
-    engine = create_engine(normalize_url(url))
+    db = Database(url)
+    if db.read_only:
+        db.dispose()
+        raise ReadOnlyStoreError(
+            f"cannot upgrade store {db.display_url}: {db.read_only_reason}; ask its owner to run "
+            "`tunecache db upgrade`"
+        )
+    engine = db.engine
     try:
         with engine.begin() as conn:
             if not engine.dialect.has_table(conn, "tc_meta"):
                 conn.close()
-                Store(url).close()  # creates a fresh schema
+                Store(db.location).close()  # creates a fresh schema
                 return SCHEMA_VERSION, SCHEMA_VERSION
             row = conn.execute(text("SELECT value FROM tc_meta WHERE key = 'schema_version'")).first()
             old = int(row[0]) if row else 0
@@ -74,10 +86,10 @@ def upgrade(url: str | os.PathLike[str] | None) -> tuple[int, int]:
                 v += 1
             conn.execute(text("UPDATE tc_meta SET value = :v WHERE key = 'schema_version'"), {"v": str(v)})
             return old, v
-    except SchemaVersionError:
+    except (SchemaVersionError, ReadOnlyStoreError):
         raise
     except (StoreError, SQLAlchemyError, OSError, ValueError) as err:
         # A database error, or a version row that is not a number.
-        raise StoreError(f"upgrade of {url} failed (nothing was changed): {err}") from err
+        raise StoreError(f"upgrade of {db.display_url} failed (nothing was changed): {err}") from err
     finally:
         engine.dispose()

@@ -173,7 +173,7 @@ def ensure_schema(db: Database, *, create: bool) -> None:
         version = db.run(probe, write=False)
     except StoreError as err:
         raise StoreError(f"cannot open store {db.display_url}: {err}") from err
-    if version is None and db.read_only:
+    if version is None and db.read_only and not db.immutable:
         for _ in range(50):  # a writer may be creating it: give it a moment
             time.sleep(0.1)
             version = db.run(probe, write=False)

@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from tunecache.errors import InvalidRecordError, StoreError
-from tunecache.store._sql.engine import Database, normalize_url
+from tunecache.store._sql.engine import Database
 from tunecache.store._sql.rows import (
     hardware_columns,
     hardware_value,
@@ -30,6 +30,7 @@ from tunecache.store._sql.rows import (
 from tunecache.store._sql.schema import ClaimRow, HardwareRow, RecordRow, WorkloadRow, ensure_schema, read_version
 from tunecache.store.contract import BaseStore, explain_miss_from_keys
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, canonical_json
+from tunecache.store.location import StoreLocation
 from tunecache.store.records import Record, decode_args_info, decode_run_secs, decode_trace
 from tunecache.store.values import StoredWorkload, StoreStats
 
@@ -48,13 +49,19 @@ class Store(BaseStore):
     Parameters
     ----------
     url
-        Where the store lives (see :func:`~tunecache.store.normalize_url`): a file path,
-        ``"memory"``, ``sqlite:///...`` or ``postgresql://...``; ``None`` for the default.
+        Where the store lives (see :func:`~tunecache.store.location.parse_store_url`): a file
+        path, ``"memory"``, ``sqlite:///relative``, ``sqlite:////absolute`` or
+        ``postgresql://...``; ``None`` for the default. Anything else raises
+        :class:`~tunecache.errors.StoreURLError`.
     read_only
         Open without write access: writes raise :class:`~tunecache.errors.ReadOnlyStoreError`,
-        the schema is never created or upgraded.
+        nothing is created, the schema is never created or upgraded. An SQLite file this user
+        cannot write, or in a directory it cannot write, opens read-only without being asked
+        (:attr:`read_only` says so, :attr:`immutable` how).
     create
-        Create the tables when the database is empty.
+        Create what is missing: an SQLite file and its directory, the tables of an empty
+        database. With ``False`` a missing SQLite file raises
+        :class:`~tunecache.errors.StoreError` naming it, and nothing is created.
 
     Raises
     ------
@@ -68,12 +75,20 @@ class Store(BaseStore):
     """
 
     def __init__(
-        self, url: str | os.PathLike[str] | None = None, *, read_only: bool = False, create: bool = True
+        self,
+        url: str | os.PathLike[str] | StoreLocation | None = None,
+        *,
+        read_only: bool = False,
+        create: bool = True,
     ) -> None:
-        self._db = Database(normalize_url(url), read_only=read_only)
+        self._db = Database(url, read_only=read_only, create=create and not read_only)
         self._hw_known: set[str] = set()
         self._wl_ids: dict[tuple[str, str], int] = {}
-        ensure_schema(self._db, create=create)
+        try:
+            ensure_schema(self._db, create=create)
+        except BaseException:
+            self._db.dispose()
+            raise
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -94,8 +109,32 @@ class Store(BaseStore):
 
     @property
     def read_only(self) -> bool:
-        """Return whether the store was opened read-only."""
+        """Return whether writes are refused (asked for, or the file or its directory is not writable)."""
         return self._db.read_only
+
+    @property
+    def persistent(self) -> bool:
+        """Return whether records outlive the process (``False`` for ``memory``)."""
+        return self._db.location.persistent
+
+    @property
+    def immutable(self) -> bool:
+        """Return whether an SQLite file is read as an immutable snapshot.
+
+        SQLite's ``immutable=1``: used for a read-only WAL file whose ``-wal``/``-shm`` files this
+        user cannot (or should not) create. No locks and no change detection: changes written to
+        the file after it was opened are not seen.
+
+        Returns
+        -------
+        bool
+        """
+        return self._db.immutable
+
+    @property
+    def read_only_reason(self) -> str:
+        """Return why writes are refused (``""`` when they are not), for messages and reports."""
+        return self._db.read_only_reason
 
     @property
     def schema_version(self) -> int:
@@ -469,10 +508,10 @@ class Store(BaseStore):
 
     def _size_bytes(self, sess: Session) -> int | None:
         if self.backend == "sqlite":
-            db = self._db.parsed_url.database
-            if not db or db == ":memory:":
+            path = self._db.location.path
+            if path is None:
                 return None
-            return sum(os.path.getsize(p) for p in (db, db + "-wal") if os.path.exists(p))
+            return sum(os.path.getsize(p) for p in (path, f"{path}-wal") if os.path.exists(p))
         try:
             return int(sess.scalar(text("SELECT pg_database_size(current_database())")) or 0)
         except SQLAlchemyError:
