@@ -8,7 +8,7 @@ Examples
 --------
 >>> from tunecache import zoo
 >>> zoo.names()
-('bert_base', 'mobilenet_v2', 'resnet18', 'resnet50', 'small_cnn')
+('bert_base', 'llama_small', 'mobilenet_v2', 'resnet18', 'resnet50', 'small_cnn')
 >>> m = zoo.get("small_cnn")
 >>> m.module(*m.example_inputs).shape
 torch.Size([1, 10])
@@ -298,6 +298,97 @@ def _build_bert(num_layers: int, hidden: int, heads: int, intermediate: int, voc
     return BertEncoder()
 
 
+def _build_llama(num_layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
+                 max_positions: int, rope_theta: float = 10000.0) -> torch.nn.Module:
+    """A LLaMA-style decoder LM: RMSNorm, rotary position embeddings, grouped-query causal
+    attention (``kv_heads`` key/value heads shared by ``heads`` query heads), SwiGLU MLP, untied
+    LM head. The rotary tables and the causal mask are buffers, sliced to the sequence length."""
+    _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
+    import torch
+    from torch import nn
+
+    head_dim = hidden // heads
+    group = heads // kv_heads
+
+    class RMSNorm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(hidden))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+    def rotate_half(x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x[..., : head_dim // 2], x[..., head_dim // 2 :]
+        return torch.cat((-x2, x1), dim=-1)
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+            self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+            self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+            self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+
+        def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            b, s, _ = x.shape
+            q = self.q_proj(x).view(b, s, heads, head_dim).transpose(1, 2)
+            k = self.k_proj(x).view(b, s, kv_heads, head_dim).transpose(1, 2)
+            v = self.v_proj(x).view(b, s, kv_heads, head_dim).transpose(1, 2)
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # grouped-query
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim) + mask
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+            return self.o_proj(ctx.transpose(1, 2).reshape(b, s, heads * head_dim))
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.input_norm = RMSNorm()
+            self.attention = Attention()
+            self.post_norm = RMSNorm()
+            self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+            self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+            self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+        def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            x = x + self.attention(self.input_norm(x), cos, sin, mask)
+            h = self.post_norm(x)
+            return x + self.down_proj(torch.nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+
+    class Llama(nn.Module):
+        cos: torch.Tensor
+        sin: torch.Tensor
+        causal: torch.Tensor
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, hidden)
+            self.layers = nn.ModuleList([Block() for _ in range(num_layers)])
+            self.norm = RMSNorm()
+            self.lm_head = nn.Linear(hidden, vocab, bias=False)
+            inv_freq = 1.0 / rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+            angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+            angles = torch.cat((angles, angles), dim=-1)
+            self.register_buffer("cos", angles.cos(), persistent=False)
+            self.register_buffer("sin", angles.sin(), persistent=False)
+            causal = torch.full((max_positions, max_positions), float("-inf")).triu(1)
+            self.register_buffer("causal", causal, persistent=False)
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            seq = input_ids.shape[1]
+            cos, sin, mask = self.cos[:seq], self.sin[:seq], self.causal[:seq, :seq]
+            x = self.embed(input_ids)
+            for layer in self.layers:
+                x = layer(x, cos, sin, mask)
+            return self.lm_head(self.norm(x))
+
+    return Llama()
+
+
 def _build_small_cnn(num_classes: int) -> torch.nn.Module:
     _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
     import torch
@@ -356,6 +447,18 @@ def _bert(*, batch: int, seq_len: int, num_layers: int, hidden: int, heads: int,
     return model, (torch.randint(0, vocab, (batch, seq_len), dtype=torch.int64),)
 
 
+def _llama(*, batch: int, seq_len: int, num_layers: int, hidden: int, heads: int, kv_heads: int,
+           intermediate: int, vocab: int) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
+    torch = _torch()
+    if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
+        raise UnsupportedModelError(
+            f"llama_small: hidden={hidden} must split into heads={heads} of an even size, and heads into "
+            f"kv_heads={kv_heads} groups"
+        )
+    model = _build_llama(num_layers, hidden, heads, kv_heads, intermediate, vocab, max(128, seq_len))
+    return model, (torch.randint(0, vocab, (batch, seq_len), dtype=torch.int64),)
+
+
 def _small_cnn(*, batch: int, image_size: int, num_classes: int) -> tuple[Any, tuple[Any, ...]]:
     torch = _torch()
     if image_size != 16:
@@ -387,6 +490,13 @@ _REGISTRY: dict[str, _Entry] = {
         _bert,
         {"batch": 1, "seq_len": 128, "num_layers": 12, "hidden": 768, "heads": 12,
          "intermediate": 3072, "vocab": 30522},  # fmt: skip
+    ),
+    "llama_small": _Entry(
+        "a small LLaMA-style decoder LM (RMSNorm, rotary embeddings, grouped-query causal attention, "
+        "SwiGLU), int64 token ids -> float32 logits; identical layers give identical tuning tasks",
+        _llama,
+        {"batch": 1, "seq_len": 64, "num_layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2,
+         "intermediate": 688, "vocab": 4096},  # fmt: skip
     ),
     "small_cnn": _Entry(
         "a tiny CNN for tests: three conv2d+relu (one residual add), flatten, dense; 16x16 input",

@@ -15,16 +15,22 @@
 #    load_library (why one prepared module serves both extraction and building is in that
 #    module's docstring).
 #
+# failures.py holds ModelStageError: a failure of any step is a tunecache error naming the stage
+# (export, import, prepare, build, run), the operator and source line where known, and what to
+# do; fx_rewrites.py gives exported graphs PyTorch semantics TVM's importer lacks.
+#
 # None of them imports TVM at import time: ``import tunecache`` must not import TVM, so TVM is
 # imported inside the functions, through ``tunecache.tvm_layer.load_tvm``.
 
 from tunecache.tvm_layer.frontend.building import (
     build,
+    degraded_kernels,
     export_library,
     load_library,
     make_vm,
     run,
 )
+from tunecache.tvm_layer.frontend.failures import ModelStageError, Stage
 from tunecache.tvm_layer.frontend.importing import (
     ImportedModel,
     Source,
@@ -34,10 +40,12 @@ from tunecache.tvm_layer.frontend.importing import (
 from tunecache.tvm_layer.frontend.prepare import (
     CONV_LAYOUTS,
     FAST_MATH,
+    NOTES_ATTR,
     PREPARED_ATTR,
     WEIGHT_PREPACK,
     is_prepared,
     model_hash,
+    preparation_notes,
     prepare_for_tuning,
 )
 from tunecache.tvm_layer.frontend.tasks import TaskInfo, extract_tasks, guess_family
@@ -49,16 +57,21 @@ __all__ = [
     "TaskInfo",
     "import_model",
     "prepare_for_tuning",
+    "preparation_notes",
     "is_prepared",
     "model_hash",
     "extract_tasks",
     "guess_family",
     "build",
+    "degraded_kernels",
     "make_vm",
     "run",
     "export_library",
     "load_library",
+    "ModelStageError",
+    "Stage",
     "PREPARED_ATTR",
+    "NOTES_ATTR",
     "CONV_LAYOUTS",
     "FAST_MATH",
     "WEIGHT_PREPACK",

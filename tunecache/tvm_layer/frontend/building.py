@@ -14,12 +14,16 @@ exactly the extracted ones).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.frontend.failures import ModelStageError, stage
 from tunecache.tvm_layer.frontend.importing import (
     ImportedModel,
     TensorSpec,
@@ -39,7 +43,28 @@ from tunecache.tvm_layer.target import TargetLike, resolve_target
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
-__all__ = ["build", "make_vm", "run", "export_library", "load_library"]
+__all__ = ["build", "degraded_kernels", "make_vm", "run", "export_library", "load_library"]
+
+log = logging.getLogger("tunecache")
+
+# Where build() reports the kernels it degraded, while a degraded_kernels() block is open.
+_DEGRADED: ContextVar[dict[str, str] | None] = ContextVar("tunecache_degraded_kernels", default=None)
+
+
+@contextlib.contextmanager
+def degraded_kernels() -> Iterator[dict[str, str]]:
+    """Collect the kernels :func:`build` degrades inside the block: ``{kernel name: why}``.
+
+    A kernel is degraded when the database has a record for it that TVM cannot build as it is
+    (its weight re-layout cannot be split off): it gets TVM's default schedule, and the model
+    still builds. The compile report turns each into a ``fallback`` with the reason.
+    """
+    found: dict[str, str] = {}
+    token = _DEGRADED.set(found)
+    try:
+        yield found
+    finally:
+        _DEGRADED.reset(token)
 
 
 def _kind_of(target: TargetLike) -> str:
@@ -80,7 +105,9 @@ def build(
     database
         A ``tvm.s_tir.meta_schedule.database.Database``; its best record for each kernel
         replaces the default schedule. Kernels it has no record for stay untuned (on GPU
-        targets DLight schedules them).
+        targets DLight schedules them). A kernel whose record re-lays a weight out that TVM
+        cannot split off is built with its default schedule instead (logged, and collected by
+        :func:`degraded_kernels`).
 
     Returns
     -------
@@ -91,6 +118,8 @@ def build(
     ------
     TargetError
         If ``mod`` was prepared for another kind of target.
+    ModelStageError
+        If TVM fails to build the model (stage ``"build"``).
     """
     # Applying CUDA records may replay tensorize instructions: their intrinsics must be real.
     tvm = load_tvm(_kind_of(target) if database is not None else "llvm")
@@ -106,14 +135,13 @@ def build(
     _check_prepared_for(mod, t)
     _, lower, finalize = _backend_passes(t)
     with t, tvm.transform.PassContext(opt_level=3):
-        passes: list[Any] = []
+        prepared = mod
         if database is not None:
-            # Constructed inside the target scope: the pass reads Target.current().
-            passes.append(relax.transform.MetaScheduleApplyDatabase())
-            if str(t.kind.name) in WEIGHT_PREPACK:
-                # A kernel whose record re-lays its weights out reads them in the new layout:
-                # split that re-layout off and fold it into the constant weights, once.
-                passes += [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
+            with database, stage("build", operator="relax.transform.MetaScheduleApplyDatabase"):
+                # Constructed inside the target scope: the pass reads Target.current().
+                applied = relax.transform.MetaScheduleApplyDatabase()(mod).clone()  # degraded in place
+            mod = _prepack(applied, prepared, t)
+        passes: list[Any] = []
         if "gpu" in [str(k) for k in t.keys]:
             from tvm.s_tir import dlight as dl
 
@@ -124,10 +152,137 @@ def build(
                 )  # fmt: skip
             )
         pipeline = tvm.transform.Sequential(passes + lower + finalize)
-        if database is None:
-            return tvm.compile(mod, target=t, relax_pipeline=pipeline)
-        with database:
-            return tvm.compile(mod, target=t, relax_pipeline=pipeline)
+        try:
+            with stage("build"):
+                return tvm.compile(mod, target=t, relax_pipeline=pipeline)
+        except ModelStageError:
+            if database is None:
+                raise
+            # A failure confined to kernels built from records degrades those kernels (their
+            # default schedule), not the model; one that is not fails as it did.
+            broken = _kernels_failing_alone(applied, t)
+            if not broken:
+                raise
+            for name, reason in broken.items():
+                _degrade(applied, prepared, name, f"degraded: its record does not build ({reason}); built with "
+                                                  "TVM's default schedule")
+            mod = _prepack(applied, prepared, t)
+            with stage("build"):
+                return tvm.compile(mod, target=t, relax_pipeline=pipeline)
+
+
+def _prepack(applied: tvm.IRModule, prepared: tvm.IRModule, target: Any) -> tvm.IRModule:
+    """``applied`` with its kernels' weight re-layouts split off where the target prepacks."""
+    if str(target.kind.name) not in WEIGHT_PREPACK:
+        return applied
+    return _prepack_weights(applied, prepared)
+
+
+def _degrade(applied: tvm.IRModule, prepared: tvm.IRModule, name: str, note: str) -> None:
+    """Give kernel ``name`` of ``applied`` its unscheduled function back (in place), logged and
+    collected by :func:`degraded_kernels`."""
+    log.warning("kernel %s %s", name, note)
+    sink = _DEGRADED.get()
+    if sink is not None:
+        sink[name] = note
+    applied[applied.get_global_var(name)] = prepared[prepared.get_global_var(name)]
+
+
+def _kernels_failing_alone(applied: tvm.IRModule, target: Any) -> dict[str, str]:
+    """The kernels of ``applied`` scheduled from records that fail to compile on their own, with
+    TVM's reason."""
+    tvm = load_tvm()
+    from tvm import tirx
+
+    broken = {}
+    for gv, func in applied.functions_items():
+        if not isinstance(func, tirx.PrimFunc) or "tirx.is_scheduled" not in (func.attrs or {}):
+            continue
+        try:
+            with stage("build", operator=gv.name_hint):
+                tvm.tirx.build(tvm.IRModule({gv: func.with_attr("global_symbol", gv.name_hint)}), target=target)
+        except ModelStageError as err:
+            broken[gv.name_hint] = str(err.__cause__).strip().splitlines()[0] if err.__cause__ else str(err)
+    return broken
+
+
+#: Annotation of the blocks MetaSchedule's ``RewriteLayout`` adds to re-lay a weight out.
+_LAYOUT_REWRITE = "meta_schedule.layout_rewrite_preproc"
+
+
+def _rewrites_layout(func: Any) -> bool:
+    """Whether a scheduled ``PrimFunc`` re-lays a weight out (has a layout-rewrite block)."""
+    from tvm.s_tir import SBlock, SBlockRealize
+
+    found = False
+
+    def visit(stmt: Any) -> None:
+        nonlocal found
+        if stmt is None or found:
+            return
+        if isinstance(stmt, SBlockRealize):
+            visit(stmt.block)
+            return
+        if isinstance(stmt, SBlock):
+            if _LAYOUT_REWRITE in (stmt.annotations or {}):
+                found = True
+                return
+            visit(stmt.body)
+            return
+        if hasattr(stmt, "seq"):
+            for s in stmt.seq:
+                visit(s)
+            return
+        for attr in ("body", "then_case", "else_case"):
+            if hasattr(stmt, attr):
+                visit(getattr(stmt, attr))
+
+    visit(func.body)
+    return found
+
+
+def _prepack_weights(applied: tvm.IRModule, prepared: tvm.IRModule) -> tvm.IRModule:
+    """Split each weight re-layout off the kernels whose records re-lay a weight out, so that
+    ``FoldConstant`` computes it once (TVM's ``SplitLayoutRewritePreproc``).
+
+    Only those kernels are given to the pass: it checks every ``PrimFunc`` of a module and
+    refuses some that have nothing to split (a ``cumsum`` computing position ids has no compute
+    block under its root: RoBERTa failed to build with an empty store). A kernel it cannot split
+    is degraded, not the model: it gets its default schedule back (no record, no prepack), with
+    the reason (:func:`degraded_kernels`).
+    """
+    tvm = load_tvm()
+    from tvm import relax, tirx
+
+    candidates = [gv for gv, f in applied.functions_items() if isinstance(f, tirx.PrimFunc) and _rewrites_layout(f)]
+    if not candidates:
+        return applied
+    splittable = []
+    for gv in candidates:
+        try:
+            with stage("build", operator=f"relax.transform.SplitLayoutRewritePreproc on {gv.name_hint}"):
+                relax.transform.SplitLayoutRewritePreproc()(tvm.IRModule({gv: applied[gv]}))
+        except ModelStageError as err:
+            reason = str(err.__cause__).strip().splitlines()[0] if err.__cause__ else str(err)
+            _degrade(applied, prepared, gv.name_hint,
+                     f"degraded: its record re-lays a weight out, but TVM cannot split that off ({reason}); "
+                     "built with TVM's default schedule and no weight prepack")
+        else:
+            splittable.append(gv)
+    if not splittable:
+        return applied
+    # The pass sees the Relax functions and the kernels to split; the other kernels are set aside
+    # and put back (the call sites it rewrites are only those of the split kernels).
+    keep = {gv.name_hint for gv in splittable}
+    aside = {gv: f for gv, f in applied.functions_items() if isinstance(f, tirx.PrimFunc) and gv.name_hint not in keep}
+    work = tvm.IRModule({gv: f for gv, f in applied.functions_items() if gv not in aside}, attrs=applied.attrs,
+                        global_infos=applied.global_infos)
+    with stage("build", operator="relax.transform.SplitLayoutRewritePreproc"):
+        work = tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(),
+                                         relax.transform.FoldConstant()])(work)
+    for gv, f in aside.items():
+        work[gv] = f
+    return relax.transform.DeadCodeElimination()(work)
 
 
 def _device(device: Any) -> Any:
@@ -260,7 +415,8 @@ def run(
     want_torch = torch_in if as_torch is None else as_torch
     if want_torch:
         _require_torch()
-    result = vm["main"](*[c for c, _ in converted])
+    with stage("run"):
+        result = vm["main"](*[c for c, _ in converted])
     out = _from_tvm(result, want_torch)
     if isinstance(out, tuple) and len(out) == 1:
         return out[0]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tunecache.errors import DependencyError, UnsupportedModelError
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.frontend.failures import WHAT_TO_DO, ModelStageError, stage
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -77,6 +78,9 @@ class ImportedModel:
         returns torch tensors by default.
     source
         ``"torch"``, ``"exported_program"``, ``"onnx"`` or ``"relax"``.
+    notes
+        What import changed so that TVM computes what the model computes (e.g. empty 1-D
+        operands dropped from ``torch.cat``, as PyTorch skips them); reports show them.
     """
 
     mod: tvm.IRModule
@@ -84,6 +88,7 @@ class ImportedModel:
     inputs: tuple[TensorSpec, ...] = ()
     torch_io: bool = False
     source: Source = "relax"
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -168,20 +173,23 @@ def _from_exported_program(ep: Any, source: Source) -> ImportedModel:
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
+    from tunecache.tvm_layer.frontend.fx_rewrites import give_torch_semantics
+
+    ep = _decompose(ep)  # a new program: the caller's is left as it is
+    notes = give_torch_semantics(ep.graph_module)
     try:
-        mod = from_exported_program(ep, keep_params_as_input=True)
-    except AssertionError as err:  # the importer reports missing converters by assertion
-        msg = str(err)
-        match = re.search(r"Unsupported function types (\[.*\])", msg)
-        what = f"PyTorch operators {match.group(1)}" if match else msg
-        raise UnsupportedModelError(
-            f"TVM {tvm.__version__} cannot import {what}; rewrite the model without them or export "
-            "it to ONNX and import that"
-        ) from err
-    except (NotImplementedError, ValueError, KeyError) as err:
-        raise UnsupportedModelError(
-            f"TVM {tvm.__version__} cannot import this ExportedProgram: {err}"
-        ) from err
+        with stage("import"):
+            mod = from_exported_program(ep, keep_params_as_input=True, run_ep_decomposition=False)
+    except ModelStageError as err:
+        if isinstance(err.__cause__, AssertionError):  # the importer reports missing converters by assertion
+            match = re.search(r"Unsupported function types (\[.*\])", str(err.__cause__))
+            if match:
+                raise ModelStageError(
+                    f"import failed: TVM {tvm.__version__} cannot import PyTorch operators {match.group(1)}; "
+                    "rewrite the model without them or export it to ONNX and import that",
+                    stage="import", operator=match.group(1),
+                ) from err.__cause__
+        raise
     num_input = _num_input(mod)
     mod, detached = relax.frontend.detach_params(mod)
     names = [str(v.name) for v in mod["main"].params]
@@ -190,7 +198,23 @@ def _from_exported_program(ep: Any, source: Source) -> ImportedModel:
     params = dict(zip(names[n:], weights, strict=False))
     specs = _input_specs(mod, n)
     _check_static(specs, "the exported program")
-    return ImportedModel(mod=mod, params=params, inputs=specs, torch_io=True, source=source)
+    return ImportedModel(mod=mod, params=params, inputs=specs, torch_io=True, source=source, notes=tuple(notes))
+
+
+def _decompose(ep: Any) -> Any:
+    """``ep`` decomposed to core ATen operators, as TVM's importer would (it skips programs with
+    sparse weights), so that tunecache's rewrites see the graph TVM converts."""
+    torch = _require_torch()
+    tensors = [*ep.state_dict.values(), *ep.constants.values()]
+    if any(isinstance(t, torch.Tensor) and t.layout != torch.strided for t in tensors):
+        return ep
+    try:
+        return ep.run_decompositions()
+    except Exception as err:  # torch's tracing raises many unrelated types; all mean "not decomposable"
+        raise ModelStageError(
+            f"export failed: decomposing the exported program to core ATen operators raised "
+            f"{type(err).__name__}: {err}. What to do: {WHAT_TO_DO['export']}", stage="export",
+        ) from err
 
 
 def _import_torch_module(model: Any, example_inputs: Any) -> ImportedModel:
@@ -211,9 +235,10 @@ def _import_torch_module(model: Any, example_inputs: Any) -> ImportedModel:
     try:
         ep = torch.export.export(model, example_inputs)
     except Exception as err:  # torch.export raises many unrelated types; all mean "not exportable"
-        raise UnsupportedModelError(
-            f"torch.export.export failed on {type(model).__name__}: {type(err).__name__}: {err}. "
-            "Make the model exportable (see the torch.export docs) or pass an ExportedProgram"
+        raise ModelStageError(
+            f"export failed: torch.export.export failed on {type(model).__name__}: {type(err).__name__}: {err}. "
+            "Make the model exportable (see the torch.export docs) or pass an ExportedProgram",
+            stage="export",
         ) from err
     return _from_exported_program(ep, "torch")
 
@@ -233,6 +258,8 @@ def _import_onnx(model: Any, example_inputs: Any) -> ImportedModel:
     tvm = load_tvm()
     from tvm.relax.frontend.onnx import from_onnx
 
+    from tunecache.tvm_layer.frontend.onnx_rewrites import fold_static_shapes
+
     initializers = {init.name for init in model.graph.initializer}
     graph_inputs = [i.name for i in model.graph.input if i.name not in initializers]
     shape_dict: dict[str, list[int]] | None = None
@@ -246,24 +273,24 @@ def _import_onnx(model: Any, example_inputs: Any) -> ImportedModel:
             )
         shape_dict = {n: list(a.shape) for n, a in zip(graph_inputs, arrays, strict=False)}
         dtype_dict = {n: str(a.dtype) for n, a in zip(graph_inputs, arrays, strict=False)}
+    model, folded = fold_static_shapes(model, shape_dict)
+    notes = (f"import: {folded} ONNX shape computation(s) folded to constants for the static input shapes",
+             ) if folded else ()
     try:
-        mod = from_onnx(
-            model, shape_dict=shape_dict, dtype_dict=dtype_dict, keep_params_in_input=False
-        )
-    except tvm.error.OpNotImplemented as err:
-        msg = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
-        ops = msg.split(":", 1)[1].strip() if ":" in msg else msg
-        raise UnsupportedModelError(
-            f"TVM {tvm.__version__} has no converter for the ONNX operator(s) {ops}; replace them "
-            "in the model (or export it again with another opset)"
-        ) from err
-    except (NotImplementedError, ValueError, KeyError, AssertionError) as err:
-        raise UnsupportedModelError(
-            f"TVM {tvm.__version__} cannot import this ONNX model: {err}"
-        ) from err
+        with stage("import"):
+            mod = from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict, keep_params_in_input=False)
+    except ModelStageError as err:
+        if isinstance(err.__cause__, tvm.error.OpNotImplemented):
+            msg = str(err.__cause__).strip().splitlines()[0] if str(err.__cause__).strip() else repr(err.__cause__)
+            ops = msg.split(":", 1)[1].strip() if ":" in msg else msg
+            raise ModelStageError(
+                f"import failed: TVM {tvm.__version__} has no converter for the ONNX operator(s) {ops}; replace "
+                "them in the model (or export it again with another opset)", stage="import", operator=ops,
+            ) from err.__cause__
+        raise
     specs = _input_specs(mod, _num_input(mod))
     _check_static(specs, "the ONNX model")
-    return ImportedModel(mod=mod, params={}, inputs=specs, torch_io=False, source="onnx")
+    return ImportedModel(mod=mod, params={}, inputs=specs, torch_io=False, source="onnx", notes=notes)
 
 
 def _import_relax(mod: tvm.IRModule, params: Mapping[str, Any] | None) -> ImportedModel:

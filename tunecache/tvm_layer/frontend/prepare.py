@@ -16,12 +16,15 @@ re-layout runs once, at build time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import TargetError
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.frontend.failures import ModelStageError, stage
 from tunecache.tvm_layer.frontend.importing import ImportedModel
+from tunecache.tvm_layer.frontend.numpy_fold import constant_values, substitute_constants
 from tunecache.tvm_layer.target import TargetLike, resolve_target
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,16 +32,24 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "PREPARED_ATTR",
+    "NOTES_ATTR",
     "CONV_LAYOUTS",
     "FAST_MATH",
     "WEIGHT_PREPACK",
     "prepare_for_tuning",
     "is_prepared",
     "model_hash",
+    "preparation_notes",
 ]
+
+log = logging.getLogger("tunecache")
 
 #: Module attribute set by :func:`prepare_for_tuning`; its value is the target kind.
 PREPARED_ATTR = "tunecache_prepared"
+
+#: Module attribute set by :func:`prepare_for_tuning` when import or preparation changed or left
+#: something out (:func:`preparation_notes`).
+NOTES_ATTR = "tunecache_notes"
 
 
 def _backend_passes(target: tvm.target.Target) -> tuple[list[Any], list[Any], list[Any]]:
@@ -144,7 +155,14 @@ def prepare_for_tuning(
         A module whose ``main`` calls fused ``PrimFunc`` s; it carries the attribute
         ``tunecache_prepared`` (the target kind) so that
         :func:`~tunecache.tvm_layer.frontend.building.build` does not fuse it again. Preparing
-        it again returns it unchanged.
+        it again returns it unchanged. What import or preparation changed or left out, and
+        why, is in :func:`preparation_notes`.
+
+    Raises
+    ------
+    ModelStageError
+        If a TVM pass fails on the model (stage ``"prepare"``, the pass named). A failed
+        layout conversion is not an error: the model keeps its layout, with a note.
     """
     tvm = load_tvm()  # legalizing and fusing need no tensor intrinsics, whatever the target
     from tvm import relax
@@ -158,24 +176,50 @@ def prepare_for_tuning(
         _check_prepared_for(mod, t)
         return mod
     dispatch, _, _ = _backend_passes(t)
+    notes = list(imported.notes) if isinstance(imported, ImportedModel) else []
+    kind = str(t.kind.name)
     with t, tvm.transform.PassContext(opt_level=3):
-        mod = tvm.transform.Sequential([
+        mod = _run_passes(_bind(mod, params), [
             *dispatch, relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
-        ])(_bind(mod, params))  # fmt: skip
-        mod = _convert_conv_layout(mod, CONV_LAYOUTS.get(str(t.kind.name)))
-        if str(t.kind.name) in FAST_MATH:
-            mod = relax.transform.FastMathTransform()(_fast_gelu(mod))
-        mod = tvm.transform.Sequential([
-            relax.transform.LegalizeOps(),
+        ])  # fmt: skip
+        mod = _convert_conv_layout(mod, CONV_LAYOUTS.get(kind), notes)
+        if kind in FAST_MATH:
+            with stage("prepare", operator="fast GELU"):
+                mod = _fast_gelu(mod)
+            mod = _run_passes(mod, [relax.transform.FastMathTransform()])
+        with stage("prepare", operator="numpy constant folding"):
+            values = constant_values(mod)  # what FoldConstant would compile kernel by kernel
+        mod = _run_passes(mod, [relax.transform.LegalizeOps()])
+        with stage("prepare", operator="numpy constant folding"):
+            mod, _ = substitute_constants(mod, values)
+        mod = _run_passes(mod, [
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),
             relax.transform.FuseOps(),
             relax.transform.FuseTIR(),
             relax.transform.DeadCodeElimination(),
-        ])(mod)  # fmt: skip
-        if str(t.kind.name) in WEIGHT_PREPACK:
+        ])  # fmt: skip
+        if kind in WEIGHT_PREPACK:
             mod = _mark_layout_free_weights(mod)
-    return mod.with_attr(PREPARED_ATTR, str(t.kind.name))
+    mod = mod.with_attr(PREPARED_ATTR, kind)
+    return mod.with_attr(NOTES_ATTR, notes) if notes else mod
+
+
+def _run_passes(mod: tvm.IRModule, passes: list[Any]) -> tvm.IRModule:
+    """Apply ``passes`` in order; a TVM failure names the pass (stage ``"prepare"``)."""
+    for p in passes:
+        with stage("prepare", operator=f"relax.transform.{p.info.name}"):
+            mod = p(mod)
+    return mod
+
+
+def preparation_notes(mod: tvm.IRModule) -> tuple[str, ...]:
+    """What import and :func:`prepare_for_tuning` changed or left out for this model, and why
+    (e.g. a layout conversion that failed), for the compile report."""
+    attrs = mod.attrs
+    if attrs is None or NOTES_ATTR not in attrs:
+        return ()
+    return tuple(str(n) for n in attrs[NOTES_ATTR])
 
 
 def _mark_layout_free_weights(mod: tvm.IRModule) -> tvm.IRModule:
@@ -260,19 +304,50 @@ def _fast_gelu(mod: tvm.IRModule) -> tvm.IRModule:
     return rewriter.builder_.get()
 
 
-def _convert_conv_layout(mod: tvm.IRModule, layouts: Mapping[str, list[str]] | None) -> tvm.IRModule:
+def _has_op(mod: tvm.IRModule, names: Collection[str]) -> bool:
+    """Whether any Relax function of ``mod`` calls one of the operators ``names``."""
+    load_tvm()
+    from tvm import relax
+
+    found = False
+
+    def visit(expr: Any) -> None:
+        nonlocal found
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) in names:
+            found = True
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function) and not found:
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
+def _convert_conv_layout(mod: tvm.IRModule, layouts: Mapping[str, list[str]] | None,
+                         notes: list[str] | None = None) -> tvm.IRModule:
     """Convert convolutions to ``layouts`` when that adds transposes only near the model's ends
     (at most two per input and output).
 
-    An operator the conversion does not know (e.g. ``clip``, MobileNet's ReLU6) gets a
-    transpose on each side, a copy of the activations at every layer that costs more than the
-    layout wins: then the module is returned unchanged.
+    A model without such convolutions is left as it is (the conversion has nothing to do, and on
+    DeBERTa-v2 it ran out of memory). An operator the conversion does not know (e.g. ``clip``,
+    MobileNet's ReLU6) gets a transpose on each side, a copy of the activations at every layer
+    that costs more than the layout wins: then the module is returned unchanged. Where TVM's
+    conversion fails, the model keeps its own layout and ``notes`` gets the reason.
     """
-    if not layouts:
+    if not layouts or not _has_op(mod, layouts):
         return mod
     from tvm import relax
 
-    converted = relax.transform.ConvertLayout(dict(layouts))(mod)
+    try:
+        with stage("prepare", operator="relax.transform.ConvertLayout"):
+            converted = relax.transform.ConvertLayout(dict(layouts))(mod)
+    except ModelStageError as err:
+        reason = str(err.__cause__).strip().splitlines()[0] if err.__cause__ else str(err)
+        note = (f"prepare: convolutions kept in the model's own layout: converting them to "
+                f"{'/'.join(next(iter(layouts.values())))} failed in TVM ({type(err.__cause__).__name__}: {reason})")
+        log.warning(note)
+        if notes is not None:
+            notes.append(note)
+        return mod
     main = mod["main"]
     ends = len(main.params) + max(1, len(getattr(main.ret_ty, "fields", ())))
     # resnet18 gets 3 (its input, the output of the last conv block and one more), MobileNetV2 34.

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from tunecache.store.keys import WorkloadDesc, WorkloadKey
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.frontend.failures import stage
 from tunecache.tvm_layer.frontend.importing import _static_int
 from tunecache.tvm_layer.frontend.prepare import is_prepared, prepare_for_tuning
 from tunecache.tvm_layer.target import TargetLike, resolve_target
@@ -154,7 +155,8 @@ def extract_tasks(mod: tvm.IRModule, target: TargetLike = None) -> list[TaskInfo
     t = resolve_target(target)
     if not is_prepared(mod):
         mod = prepare_for_tuning(mod, t)
-    tasks = ms.relax_integration.extract_tasks(mod, t)
+    with stage("prepare", operator="meta_schedule.relax_integration.extract_tasks"):
+        tasks = ms.relax_integration.extract_tasks(mod, t)
     out = [
         TaskInfo(
             name=str(task.task_name),
