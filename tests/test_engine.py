@@ -126,6 +126,23 @@ def test_empty_round_exhausts_and_deadline_stops_everything() -> None:
     assert b.stop == STOP_TIME
 
 
+def test_a_stop_request_stops_every_task_before_the_next_round() -> None:
+    """Ctrl-C (tunecache.interrupt) asks the search to stop: the rounds in flight are joined
+    (committed), no task gets another round, each says why it stopped."""
+    from tunecache.search.full import STOP_INTERRUPTED
+
+    a, b = TaskTally(), TaskTally()
+    sched = _FakeScheduler([_FakeRecord(1e6), _FakeRecord(1e6, runner_futures=[object()])])
+    stop = [False]
+    alloc = _allocator([a, b], [1.0, 1.0], should_stop=lambda: stop[0])
+    _round(a, 8, 1e-3)
+    assert alloc.next_task(sched) == 1
+    stop[0] = True
+    sched.tasks_[1].runner_futures = [object()]
+    assert alloc.next_task(sched) == -1
+    assert sched.joined == [1, 1] and a.stop == b.stop == STOP_INTERRUPTED
+
+
 def test_early_stopping_arguments_are_checked() -> None:
     with pytest.raises(ConfigError, match="min_improvement"):
         EarlyStopping(min_improvement=1.5)
@@ -336,6 +353,20 @@ def test_a_task_with_its_own_cap_gets_no_more(target: Any, builder: Any, tmp_pat
     got = {r.name: r for r in results}
     assert got["resumed"].trials == 3 and got["resumed"].rounds == 1  # one round, cut to fit
     assert got["fresh"].trials == 8
+
+
+@pytest.mark.tvm
+def test_the_global_budget_is_never_overshot(target: Any, builder: Any, tmp_path: Path) -> None:
+    """MetaSchedule checks its global cap before a round and measures the whole round: 2 tasks,
+    8 trials a task, 11 in all spent 16. The engine cuts the last round to what is left."""
+    from tvm.s_tir import meta_schedule as ms
+
+    fake = _fake_runner_class()
+    tasks = [FullSearchTask("a", _matmul(64), 4.0), FullSearchTask("b", _matmul(16), 1.0)]
+    results = tune_tasks(tasks, target, ms.database.MemoryDatabase(), trials_per_task=8, max_trials_global=11,
+                         seed=1, work_dir=tmp_path, builder=builder, runner=fake())
+    assert sum(r.trials for r in results) == 11, [(r.name, r.trials, r.stop_reason) for r in results]
+    assert max(r.trials for r in results) == 8 and min(r.trials for r in results) == 3
 
 
 @pytest.mark.tvm

@@ -224,7 +224,7 @@ def test_a_time_budget_shrinks_rounds_so_every_task_gets_a_first_round() -> None
 
 
 def test_full_searches_of_a_plan_leave_time_for_its_reuse_children() -> None:
-    from tunecache.search.execute import REUSE_SECONDS_PER_SEARCH, REUSE_SECONDS_PER_TRIAL, full_search_deadline
+    from tunecache.search.budget import REUSE_SECONDS_PER_SEARCH, REUSE_SECONDS_PER_TRIAL, full_search_deadline
 
     assert full_search_deadline(None, 5, 8) is None
     per_child = 8 * REUSE_SECONDS_PER_TRIAL + REUSE_SECONDS_PER_SEARCH

@@ -120,6 +120,27 @@ def test_bad_targets_raise_target_error_naming_accepted_forms(tvm, spec, match):
         tg.resolve_target(spec)
 
 
+def test_the_host_cpu_named_on_a_command_line_is_the_default_target(tvm):
+    """``--target "llvm -mcpu=<host cpu>"`` had no num-cores, so its hardware key differed from
+    the default target's ("differs in target.num-cores (2 stored vs None queried)"): 0 hits."""
+    host = tvm.target.codegen.llvm_get_system_cpu()
+    assert tg.hardware_key(f"llvm -mcpu={host}") == tg.hardware_key(None)
+    assert tg.hardware_key({"kind": "llvm", "mcpu": host}) == tg.hardware_key("llvm")
+    assert int(tg.resolve_target("llvm -mcpu=skylake").attrs["num-cores"]) == tg.physical_cores()
+    assert int(tg.resolve_target("llvm -mcpu=skylake -num-cores=3").attrs["num-cores"]) == 3  # a given count stays
+
+
+@pytest.mark.parametrize("spec", ["llvm -mcpu=nonexistent_cpu", {"kind": "llvm", "mcpu": "skylakee"},
+                                  {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "skylake"}])
+def test_a_cpu_llvm_does_not_know_is_an_error_not_a_generic_cpu(tvm, spec):
+    """LLVM compiles for a generic CPU when it does not know ``mcpu``: a typo cost all speed."""
+    with pytest.raises(TargetError, match="LLVM does not know the CPU"):
+        tg.resolve_target(spec)
+    with pytest.raises(TargetError, match="skylake"):  # a near miss is suggested
+        tg.resolve_target("llvm -mcpu=skylakee")
+    assert tg.resolve_target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})
+
+
 # --- keys ----------------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 echo "== installing tunecache and its test dependencies"
-$PY -m pip install -q --disable-pip-version-check -e '.[all,test,lint]' 2>&1 | grep -v -E "^WARNING: Running pip as|^\[notice\]|^WARNING: Location" || true
+$PY -m pip install -q --disable-pip-version-check -e '.[all,test,lint,bench]' 2>&1 | grep -v -E "^WARNING: Running pip as|^\[notice\]|^WARNING: Location" || true
 
 echo "== static checks: ruff, mypy, import-linter"
 checks=0

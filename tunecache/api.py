@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunecache.config import DEFAULT_TRIALS_PER_TASK, check_seconds, check_trials
 from tunecache.errors import ConfigError
 from tunecache.report import CompileReport
 from tunecache.store import open_store
@@ -20,11 +21,12 @@ from tunecache.store import open_store
 if TYPE_CHECKING:
     from tunecache.store.contract import BaseStore
 
-__all__ = ["CompiledModel", "compile", "TUNE_MODES"]
+__all__ = ["CompiledModel", "compile", "check_output_path", "DEFAULT_TRIALS_PER_TASK", "TUNE_MODES"]
 
 #: auto: tune misses; never: only use the store (misses fall back); always: re-tune every task.
 TUNE_MODES = ("auto", "never", "always")
-DEFAULT_TRIALS_PER_TASK = 32
+#: Suffixes :meth:`CompiledModel.export_library` writes: a shared library, or a tar of object files.
+LIBRARY_SUFFIXES = (".so", ".tar")
 
 
 class CompiledModel:
@@ -58,14 +60,28 @@ class CompiledModel:
         return frontend.run(self._vm, self.imported, *inputs)
 
     def export_library(self, path: str | os.PathLike[str]) -> Path:
-        """Write a deployable shared library that ``tvm.runtime.load_module`` loads back."""
+        """Write the compiled model as its suffix says: ``.so`` a shared library that
+        ``tvm.runtime.load_module`` loads back, ``.tar`` its object files (to link elsewhere).
+
+        Raises
+        ------
+        ConfigError
+            If the suffix is neither, the directory does not exist, or a ``.tar`` is asked of a
+            model loaded from the library cache (that is a ``.so`` already: compile with
+            ``library_cache=False`` to export its object files).
+        """
         from tunecache.tvm_layer import frontend
 
+        out = check_output_path(path)
         if self._library_path is not None:  # loaded from the library cache: it is that file
-            out = Path(path)
+            if out.suffix != ".so":
+                raise ConfigError(
+                    f"{out}: this model was loaded from the library cache, which holds a shared library "
+                    "(.so); write it to a .so path, or compile with library_cache=False (--no-library-cache) "
+                    "to export a .tar of its object files")
             shutil.copyfile(self._library_path, out)
             return out
-        return frontend.export_library(self.executable, path)
+        return frontend.export_library(self.executable, out)
 
     def __repr__(self) -> str:
         return f"<CompiledModel {self.report.summary()}>"
@@ -147,21 +163,43 @@ def compile(  # noqa: A001 - the product's verb
     """
     if tune not in TUNE_MODES:
         raise ConfigError(f"tune={tune!r} is not one of {TUNE_MODES}")
-    if trials_per_task < 1:
-        raise ConfigError(f"trials_per_task must be >= 1, got {trials_per_task}")
-    if time_budget_s is not None and time_budget_s <= 0:
-        raise ConfigError(f"time_budget_s must be positive, got {time_budget_s}")
+    check_trials("trials_per_task", trials_per_task)
+    time_budget_s = check_seconds("time_budget_s", time_budget_s)
     from tunecache.pipeline import compile_model
     from tunecache.tvm_layer import frontend
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
+    tgt = resolve_target(target)  # a bad target is an error before the model is imported
     imported = frontend.import_model(model, example_inputs)
-    tgt = resolve_target(target)
     executable, library_path, report = compile_model(
         imported, tgt, hardware_key(tgt), open_store(store, overlay=overlay), tune=tune,
         trials_per_task=trials_per_task, time_budget_s=time_budget_s, seed=seed, work_dir=work_dir,
         progress=progress, escalate_below=escalate_below, cache=_library_cache(library_cache))
     return CompiledModel(executable, imported, tgt, report, library_path)
+
+
+def check_output_path(path: str | os.PathLike[str]) -> Path:
+    """Return ``path`` as a :class:`~pathlib.Path` when a library can be written there.
+
+    Checked before compiling, so that a typo does not cost a whole compile.
+
+    Raises
+    ------
+    ConfigError
+        If the suffix is not one of :data:`LIBRARY_SUFFIXES`, the directory does not exist or
+        is not writable, or the path is a directory.
+    """
+    out = Path(path)
+    if out.suffix not in LIBRARY_SUFFIXES:
+        raise ConfigError(f"{out}: name the library .so (a shared library) or .tar (its object files)")
+    parent = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise ConfigError(f"{out} is a directory: give a file name ending in .so or .tar")
+    if not parent.is_dir():
+        raise ConfigError(f"{out}: directory {parent} does not exist; create it or write elsewhere")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"{out}: directory {parent} is not writable; write elsewhere")
+    return out
 
 
 def _library_cache(setting: str | os.PathLike[str] | bool | None) -> Any:

@@ -14,6 +14,9 @@ TUNECACHE_USER
 TUNECACHE_LIB_CACHE
     Directory of built model libraries (:mod:`tunecache.libcache`; default
     ``$XDG_CACHE_HOME/tunecache/libs``), or ``off`` to always build.
+TUNECACHE_DEBUG
+    ``1`` (or ``true``, ``yes``): the command line prints tracebacks and third-party warnings and
+    logs, as ``--debug`` does.
 TVM_NUM_THREADS
     Threads of TVM's runtime thread pool (TVM's own variable). When unset, tunecache sets it to
     the physical core count before TVM starts (:func:`default_tvm_threads`): TVM would otherwise
@@ -32,6 +35,56 @@ ENV_DB = "TUNECACHE_DB"
 ENV_USER = "TUNECACHE_USER"
 ENV_LIB_CACHE = "TUNECACHE_LIB_CACHE"
 ENV_TVM_THREADS = "TVM_NUM_THREADS"
+ENV_DEBUG = "TUNECACHE_DEBUG"
+
+#: Trials of one task's full search when none is given: ``tunecache.compile``'s
+#: ``trials_per_task``, ``tunecache.warm``'s ``full_trials`` and ``--trials-per-task`` /
+#: ``--budget`` of ``compile``, ``plan`` and ``warm``.
+DEFAULT_TRIALS_PER_TASK = 32
+
+
+def default_reuse_trials(full_trials: int) -> int:
+    """Trials of a narrowed (reuse) search when none is given: a quarter of a full search's, at least 4.
+
+    Examples
+    --------
+    >>> default_reuse_trials(32), default_reuse_trials(8)
+    (8, 4)
+    """
+    return max(4, int(full_trials) // 4)
+
+
+def check_trials(name: str, value: object) -> int:
+    """Return ``value`` when it is a whole number of trials >= 1; else raise ``ConfigError`` naming ``name``.
+
+    ``name`` is what the caller wrote: a Python parameter (``"trials_per_task"``) or a flag.
+    """
+    from tunecache.errors import ConfigError
+
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be a whole number of trials (an int >= 1), got {value!r} "
+                          f"({type(value).__name__})")
+    if value < 1:
+        raise ConfigError(f"{name} must be at least 1 trial, got {value}")
+    return value
+
+
+def check_seconds(name: str, value: object) -> float | None:
+    """Return ``value`` as seconds when it is ``None`` or a positive number; else raise ``ConfigError``."""
+    from tunecache.errors import ConfigError
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number of seconds or None, got {value!r} ({type(value).__name__})")
+    if not value > 0:
+        raise ConfigError(f"{name} must be positive, got {value}")
+    return float(value)
+
+
+def debug_enabled() -> bool:
+    """Whether ``TUNECACHE_DEBUG`` asks for tracebacks and third-party output."""
+    return os.environ.get(ENV_DEBUG, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def default_cache_dir() -> Path:

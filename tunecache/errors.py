@@ -20,6 +20,7 @@ __all__ = [
     "UnsupportedModelError",
     "TuningError",
     "DependencyError",
+    "Interrupted",
 ]
 
 
@@ -35,8 +36,8 @@ class StoreError(TunecacheError):
     """The store could not be opened, read or written."""
 
 
-class StoreURLError(StoreError):
-    """A store URL has an unknown scheme or cannot be parsed."""
+class StoreURLError(StoreError, ConfigError):
+    """A store URL or path is not one of the accepted forms (a setting, hence also a ConfigError)."""
 
 
 class SchemaVersionError(StoreError):
@@ -69,3 +70,30 @@ class TuningError(TunecacheError):
 
 class DependencyError(TunecacheError):
     """An optional dependency is missing; the message names the extra to install."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A search stopped at a Ctrl-C (:mod:`tunecache.interrupt`), after committing what it measured.
+
+    A ``KeyboardInterrupt``, so that ``except Exception`` never swallows it. Run the same compile
+    or warm again to resume: committed records are kept and tasks not marked done are searched
+    with what is left of their budget.
+
+    Attributes
+    ----------
+    trials
+        Trials measured (and committed) by the interrupted call before it stopped.
+    records
+        Records the store holds for the call's tasks on this hardware (what a rerun resumes
+        from); ``None`` when unknown.
+    """
+
+    def __init__(self, trials: int = 0, records: int | None = None) -> None:
+        super().__init__(trials, records)
+        self.trials = trials
+        self.records = records
+
+    def __str__(self) -> str:
+        kept = "" if self.records is None else f"; {self.records} record{'' if self.records == 1 else 's'} kept"
+        return (f"interrupted after {self.trials} trial{'' if self.trials == 1 else 's'}{kept}; "
+                "run the same command to resume")

@@ -87,7 +87,9 @@ def build(mod: Any, target: Any, store: Any, hw: HardwareKey, tasks: list[Any],
         if lib is not None:
             return lib, cache.path(key), "loaded from the library cache"
     t0 = time.time()
-    executable = frontend.build(mod, target, database=make_database(store, hw, target))
+    # The tasks' names: a workload the database describes anew is not called "main" in the store.
+    names = {t.key.shash: t.name for t in tasks}
+    executable = frontend.build(mod, target, database=make_database(store, hw, target, names=names))
     build_s = time.time() - t0
     if cache is None or key is None:
         return executable, None, "built"

@@ -12,18 +12,20 @@ driver ``tunecache.compile`` calls; :func:`lookup` and :func:`search` are the ru
 from __future__ import annotations
 
 import contextlib
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunecache.errors import Interrupted
 from tunecache.reuse.planner import ModelPlan
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Record
 from tunecache.values import DEFAULT_ESCALATE_BELOW, TaskOutcome
 
-__all__ = ["REMEASURE_SHARE", "Lookup", "SearchResult", "compile_model", "lookup", "search"]
+__all__ = ["REMEASURE_SHARE", "Lookup", "SearchResult", "compile_model", "lookup", "search", "stored_records"]
 
 #: Share of a time budget kept for re-measuring the bests of the searched tasks.
 REMEASURE_SHARE = 0.1
@@ -61,21 +63,42 @@ def lookup(tasks: Sequence[Any], store: Any, hw: HardwareKey) -> Lookup:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """Rungs 2-3 for a set of misses: the plan, an outcome per plan node, the wall time."""
+    """Rungs 2-3 for a set of misses: the plan, an outcome per plan node, the wall time.
+
+    ``plan`` is cut to what its steps may spend (:func:`tunecache.search.budget.bounded_plan`);
+    the search spent at most :attr:`max_trials` (:func:`tunecache.search.budget.plan_budget`).
+    """
 
     plan: ModelPlan
     outcomes: dict[str, TaskOutcome]
     seconds: float
+    max_trials: int = 0  # the most the plan could spend (tunecache.search.budget.plan_budget)
+
+    @property
+    def trials(self) -> int:
+        """Trials spent in all (every plan node's outcome)."""
+        return sum(o.trials for o in self.outcomes.values())
+
+    @property
+    def estimated_trials(self) -> int:
+        """The trials the planner expected the plan to spend (no escalation)."""
+        return math.ceil(self.plan.plan.total_trials - 1e-9)
 
     def for_task(self, key: WorkloadKey) -> TaskOutcome | None:
         """The outcome of the planned task with workload ``key``, if it was planned."""
         return next((self.outcomes.get(n) for n, t in self.plan.tasks.items() if t.key == key), None)
 
 
+def stored_records(store: Any, hw: HardwareKey, keys: Sequence[WorkloadKey]) -> int:
+    """How many records ``store`` holds for the workloads ``keys`` on ``hw`` (what a rerun
+    of an interrupted search resumes from)."""
+    return sum(store.count_records(hw, workload=k) for k in set(keys))
+
+
 def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, trials_per_task: int,
            reuse_trials: int | None = None, reuse: bool = True, bridges: bool = False,
            escalate_below: float | None = None, time_budget_s: float | None = None, seed: int | None = None,
-           work_dir: str | Path | None = None, progress: Callable[[Any], None] | None = None,
+           work_dir: str | Path | None = None, progress: Any = None,
            transfer: bool = True, hits: Sequence[Any] = ()) -> SearchResult:
     """Plan the misses, execute the plan, re-measure the bests: one path for every search.
 
@@ -83,31 +106,57 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
     budget (:attr:`~tunecache.values.SearchContext.fresh`). ``time_budget_s`` covers planning,
     the searches and re-measuring the bests (the last :data:`REMEASURE_SHARE` of it).
     ``misses`` are tasks (``key``, ``name``, ``weight``, ``mod``), ``hits`` the tasks the store
-    served (named in the plan, never its sources). Other parameters as in
+    served (named in the plan, never its sources). ``progress`` receives the search's progress
+    events (a callable); a :class:`tunecache.progress.ProgressPrinter` is also told the plan's
+    size (``start``) and every finished step (``step``). No task gets more than
+    ``trials_per_task`` trials, so the search no more than
+    :func:`tunecache.search.budget.plan_budget`. Other parameters as in
     :func:`tunecache.compile` and :class:`~tunecache.values.SearchContext`.
+
+    A Ctrl-C stops the search after the measurements in flight (:mod:`tunecache.interrupt`):
+    :class:`~tunecache.errors.Interrupted` is raised with the trials spent and the records kept.
     """
+    from tunecache.interrupt import stop_on_interrupt, stop_requested
     from tunecache.planning import make_plan, scratch_plan
+    from tunecache.search.budget import bounded_plan, plan_budget
     from tunecache.search.execute import execute_plan, search_context
     from tunecache.search.remeasure import remeasure_bests
     from tunecache.tvm_layer.bridges import materialize_bridge
 
     start = time.time()
+    reuse_trials = reuse_trials or default_reuse_trials(trials_per_task)
     if reuse:
         mp = make_plan(misses, target, hw, store, bridges=bridges, full_trials=float(trials_per_task), hits=hits)
     else:
         mp = scratch_plan(misses, target, full_trials=float(trials_per_task))
+    mp = bounded_plan(mp, trials_per_task, reuse_trials)
+    max_trials = plan_budget(mp, trials_per_task)
+    if progress is not None and hasattr(progress, "start"):
+        progress.start(len(mp.plan.steps), max_trials)
     by_key = {t.key: t for t in misses}
     mods = {node: by_key[pt.key].mod for node, pt in mp.tasks.items()}
     mods.update({n: materialize_bridge(nest, nest.extents) for n, nest in mp.bridges.items()})
-    with search_context(target, store, hw, full_trials=trials_per_task,
-                        reuse_trials=reuse_trials or max(4, trials_per_task // 4), work_dir=work_dir,
-                        time_budget_s=None if time_budget_s is None else (1 - REMEASURE_SHARE) * time_budget_s,
-                        escalate_below=DEFAULT_ESCALATE_BELOW if escalate_below is None else escalate_below,
-                        seed=seed, progress=progress, fresh=not reuse) as ctx:
-        outcomes = execute_plan(mp, mods, ctx, transfer=transfer)
-        remeasure_bests([(by_key[pt.key], outcomes[n]) for n, pt in mp.tasks.items() if n in outcomes], ctx,
-                        deadline=None if time_budget_s is None else start + time_budget_s)
-    return SearchResult(mp, outcomes, time.time() - start)
+    try:
+        with stop_on_interrupt(), search_context(
+                target, store, hw, full_trials=trials_per_task, reuse_trials=reuse_trials, work_dir=work_dir,
+                time_budget_s=None if time_budget_s is None else (1 - REMEASURE_SHARE) * time_budget_s,
+                escalate_below=DEFAULT_ESCALATE_BELOW if escalate_below is None else escalate_below,
+                seed=seed, progress=progress, fresh=not reuse) as ctx:
+            outcomes = execute_plan(mp, mods, ctx, transfer=transfer, on_step=getattr(progress, "step", None))
+            remeasure_bests([(by_key[pt.key], outcomes[n]) for n, pt in mp.tasks.items() if n in outcomes], ctx,
+                            deadline=None if time_budget_s is None else start + time_budget_s)
+            if stop_requested():  # during re-measuring: every search is done and committed
+                raise Interrupted(sum(o.trials for o in outcomes.values()))
+    except Interrupted as stop:
+        raise Interrupted(stop.trials, stored_records(store, hw, [t.key for t in misses])) from stop
+    return SearchResult(mp, outcomes, time.time() - start, max_trials)
+
+
+def default_reuse_trials(trials_per_task: int) -> int:
+    """Budget of a narrowed search when none is given: a quarter of a full search's, at least 4."""
+    from tunecache.config import default_reuse_trials as default
+
+    return default(trials_per_task)
 
 
 def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
@@ -142,24 +191,32 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
     result = None
     if misses and tune != "never":                                                    # 2-3. plan, search
         library.commit_workloads(misses, store)
-        with _progress(progress, len(misses), trials_per_task, time_budget_s) as printer:
+        with _progress(progress, time_budget_s) as printer:
             result = search(misses, target, store, hw, trials_per_task=trials_per_task, reuse=tune != "always",
                             escalate_below=escalate_below, time_budget_s=time_budget_s, seed=seed,
                             work_dir=work_dir, progress=printer, hits=[t for t in tasks if t.key not in miss_keys])
+            if printer is not None:
+                printer.close(result.trials)
     final = dict(found.best)
     final.update({t.key: next(iter(store.best_k(t.key, hw, 1)), None) for t in misses})  # searched: read again
     t_build = time.time()                                                             # 4. build
-    executable, path, how = library.build(mod, target, store, hw, tasks, final, cache, model_id)
+    with frontend.degraded_kernels() as degraded:
+        executable, path, how = library.build(mod, target, store, hw, tasks, final, cache, model_id)
     report = compile_report(tasks, found, result, final, tune, store, hw)             # 5. report
+    report = report.annotate(frontend.preparation_notes(mod), degraded)
+    if result is not None:
+        budget["estimated_trials"] = result.estimated_trials
+        budget["max_trials"] = result.max_trials
     return executable, path, report.finish(target, hw, t0, result.seconds if result else 0.0, budget, how, t_build)
 
 
 @contextlib.contextmanager
-def _progress(show: bool, tasks: int, trials_per_task: int, time_budget_s: float | None) -> Any:
-    """A progress line on stderr while searching (``None`` when not shown)."""
+def _progress(show: bool, time_budget_s: float | None) -> Any:
+    """A progress line on stderr while searching (``None`` when not shown); the search tells it
+    the plan's size. Closed with the final count by the caller, or here (interrupted, failed)."""
     from tunecache.progress import ProgressPrinter
 
-    printer = ProgressPrinter(tasks, trials_per_task * tasks, time_budget_s) if show else None
+    printer = ProgressPrinter(label="tuning", time_budget_s=time_budget_s) if show else None
     try:
         yield printer
     finally:

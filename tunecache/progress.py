@@ -1,83 +1,151 @@
 """Progress lines for long work (tuning, warming), written to stderr.
 
-On a terminal one line is redrawn in place; otherwise (CI logs, files) a line is printed at most
-every ``interval_s`` seconds, so logs stay readable.
+On a terminal one line is redrawn in place after every measured round and every finished task;
+otherwise (CI logs, files) a line is printed at the first event and then at most every
+``interval_s`` seconds, so logs stay readable. The last line, printed by :meth:`close`, carries
+the final count: the number the report's summary and JSON give.
 """
 
 from __future__ import annotations
 
+import math
+import shutil
 import sys
 import time
 from typing import Any, TextIO
 
-from tunecache.report import format_seconds
+from tunecache.report import format_seconds, plural
 
 __all__ = ["ProgressPrinter"]
 
 
 class ProgressPrinter:
-    """Consume search progress events and show tasks done, trials, elapsed and remaining time.
+    """Show tasks done, trials spent out of the plan's budget, elapsed and remaining time.
+
+    The search calls :meth:`start` once its plan is made (how many tasks, the most trials the
+    plan may spend), the printer itself (``printer(event)``) after every measured round with a
+    :class:`tunecache.search.full.SearchProgress` whose ``total_trials`` counts the whole plan,
+    :meth:`step` after every finished task, and :meth:`close` at the end.
 
     Parameters
     ----------
-    total_tasks
-        Tasks that will be searched.
-    max_trials
-        The trial budget (for the remaining-time estimate).
+    label
+        The line's prefix, ``[tuning]`` or ``[warm]``.
     time_budget_s
-        The wall-clock budget, when one is set (caps the estimate).
+        The wall-clock budget, when one is set (caps the estimate of the time left).
     stream
         Where to write (default stderr).
+    interval_s
+        Least seconds between two lines when ``stream`` is not a terminal.
+    total_tasks, max_trials
+        The plan's size, when known before :meth:`start`.
     """
 
     def __init__(
         self,
-        total_tasks: int,
-        max_trials: int,
+        label: str = "tuning",
         time_budget_s: float | None = None,
         stream: TextIO | None = None,
         interval_s: float = 5.0,
-        label: str = "tuning",
+        total_tasks: int = 0,
+        max_trials: int = 0,
     ) -> None:
-        self.total_tasks = total_tasks
-        self.max_trials = max(1, max_trials)
+        self.label = label
         self.time_budget_s = time_budget_s
         self.stream = stream or sys.stderr
         self.interval_s = interval_s
-        self.label = label
-        self.start = time.time()
-        self._last = 0.0
-        self._tasks_seen: dict[str, int] = {}
+        self.total_tasks = total_tasks
+        self.max_trials = max_trials
+        self.start_time = time.time()
+        self.trials = 0
+        self.tasks_done = 0
+        self.current = ""
+        self._last_print: float | None = None
+        self._last_line = ""
+        self._closed = False
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
+    # -- events ---------------------------------------------------------------------------
+
+    def start(self, total_tasks: int, max_trials: int) -> None:
+        """The plan is made: ``total_tasks`` steps, at most ``max_trials`` trials."""
+        self.total_tasks, self.max_trials = total_tasks, max_trials
+        self._show()
+
     def __call__(self, event: Any) -> None:
-        """Handle a :class:`tunecache.search.full.SearchProgress` (or similar) event."""
-        self._tasks_seen[event.task_name] = event.task_trials
-        now = time.time()
-        if not self._tty and now - self._last < self.interval_s:
+        """A round was measured (a :class:`tunecache.search.full.SearchProgress`)."""
+        self.trials = max(self.trials, int(event.total_trials))
+        self.current = str(event.task_name).split("#")[0]  # a plan node: name#hash
+        self._show()
+
+    def step(self, outcome: Any) -> None:
+        """A plan step finished (a :class:`tunecache.values.TaskOutcome`)."""
+        self.tasks_done += 1
+        self.current = f"{outcome.outcome}: {outcome.name}"
+        self._show()
+
+    def close(self, trials: int | None = None) -> None:
+        """Print the final line (with ``trials``, the final count, when given); idempotent.
+
+        Without ``trials`` (the work failed or was interrupted) a terminal line is only ended,
+        and nothing more is written to a log.
+        """
+        if self._closed:
             return
-        self._last = now
-        line = self.line(event.total_trials, now - self.start)
-        self.stream.write(("\r" + line) if self._tty else (line + "\n"))
+        self._closed = True
+        if trials is not None:
+            self.trials = trials
+            self.current = ""
+            self._write(self.line(self.trials, time.time() - self.start_time))
+        if self._tty and self._last_line:
+            self.stream.write("\n")
+            self.stream.flush()
+
+    # -- output ---------------------------------------------------------------------------
+
+    def _show(self) -> None:
+        if self._closed:
+            return
+        now = time.time()
+        if not self._tty and self._last_print is not None and now - self._last_print < self.interval_s:
+            return
+        self._last_print = now
+        self._write(self.line(self.trials, now - self.start_time))
+
+    def _write(self, line: str) -> None:
+        if self._tty:
+            width = max(20, shutil.get_terminal_size((100, 24)).columns - 1)
+            line = line[:width]
+            pad = " " * max(0, len(self._last_line) - len(line))
+            self.stream.write("\r" + line + pad)
+        elif line == self._last_line:
+            return
+        else:
+            self.stream.write(line + "\n")
+        self._last_line = line
         self.stream.flush()
 
     def line(self, trials: int, elapsed: float) -> str:
-        """Return the progress line for ``trials`` done after ``elapsed`` seconds."""
-        frac = min(1.0, trials / self.max_trials)
-        remaining = elapsed * (1 - frac) / frac if frac > 0 else float("nan")
-        if self.time_budget_s is not None and remaining == remaining:
-            remaining = min(remaining, max(0.0, self.time_budget_s - elapsed))
-        rem = format_seconds(remaining) if remaining == remaining else "?"
+        """Return the progress line for ``trials`` done after ``elapsed`` seconds.
+
+        Examples
+        --------
+        >>> p = ProgressPrinter("warm", total_tasks=6, max_trials=34)
+        >>> p.line(17, 10.0)
+        '[warm] [##########..........] 0/6 tasks, 17/34 trials, 10.0s elapsed, ~10.0s left'
+        """
+        total = max(self.max_trials, trials)
+        frac = min(1.0, trials / total) if total else 0.0
+        remaining = elapsed * (1 - frac) / frac if frac > 0 else math.nan
+        if self.time_budget_s is not None:
+            left = max(0.0, self.time_budget_s - elapsed)
+            remaining = left if math.isnan(remaining) else min(remaining, left)
+        rem = "?" if math.isnan(remaining) else format_seconds(remaining)
         bar_w = 20
         filled = int(bar_w * frac)
-        return (
+        line = (
             f"[{self.label}] [{'#' * filled}{'.' * (bar_w - filled)}] "
-            f"{len(self._tasks_seen)}/{self.total_tasks} tasks, "
-            f"{trials}/{self.max_trials} trials, {format_seconds(elapsed)} elapsed, ~{rem} left"
+            f"{self.tasks_done}/{plural(self.total_tasks, 'task')}, {trials}/{plural(total, 'trial')}, "
+            f"{format_seconds(elapsed)} elapsed, ~{rem} left"
         )
-
-    def close(self) -> None:
-        """Finish the line on a terminal."""
-        if self._tty:
-            self.stream.write("\n")
-            self.stream.flush()
+        return line + (f" ({self.current[:48]})" if self.current else "")

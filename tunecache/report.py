@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import textwrap
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -12,20 +14,142 @@ from typing import Any
 from tunecache.values import OUTCOMES, Outcome, TaskOutcome
 
 __all__ = [
-    "OUTCOMES", "TaskReport", "CompileReport", "WarmReport", "compile_report", "format_seconds", "format_table",
+    "OUTCOMES", "TaskReport", "CompileReport", "WarmReport", "compile_report", "format_latency", "format_seconds",
+    "format_table", "plural", "table_with_notes", "TABLE_WIDTH",
 ]
+
+#: Widest a table printed by tunecache may be (columns).
+TABLE_WIDTH = 100
+#: Narrowest a word-wrapped column (a note, a description) gets before other columns are shortened.
+WRAP_MIN = 32
 
 log = logging.getLogger("tunecache")
 
 
-def format_table(header: list[str], rows: list[list[str]]) -> str:
-    """Return ``rows`` under ``header`` as left-aligned columns with a rule under the header."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+def plural(n: float, word: str, words: str | None = None) -> str:
+    """Return ``"1 task"``, ``"2 tasks"``.
 
-    def fmt(r: list[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+    Examples
+    --------
+    >>> plural(1, "task"), plural(0, "trial"), plural(2, "entry", "entries")
+    ('1 task', '0 trials', '2 entries')
+    """
+    return f"{n:g} {word if n == 1 else (words or word + 's')}"
 
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
+
+def format_latency(s: float | None) -> str:
+    """Return a latency with a unit that keeps three significant digits (``-`` for none).
+
+    Examples
+    --------
+    >>> format_latency(1.3e-6), format_latency(4.25e-4), format_latency(0.0123), format_latency(2.5)
+    ('1.30 us', '425 us', '12.3 ms', '2.50 s')
+    """
+    if s is None:
+        return "-"
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        if s >= scale or unit == "ns":
+            v = s / scale
+            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}"
+    return f"{s:g} s"  # pragma: no cover
+
+
+def format_table(header: list[str], rows: list[list[str]], *, max_width: int = TABLE_WIDTH,
+                 wrap: tuple[str, ...] = ()) -> str:
+    """Return ``rows`` under ``header`` as left-aligned columns with a rule under the header.
+
+    The table fits in ``max_width`` columns. The columns named in ``wrap`` (default: the last
+    one) are word-wrapped onto more lines, down to :data:`WRAP_MIN` characters (words are not
+    cut, unless one is longer than the column); then the widest other columns are shortened
+    with ``...`` (down to 12 characters); then the wrapped columns get narrower still.
+
+    Examples
+    --------
+    >>> print(format_table(["a", "note"], [["x", "one two three"]], max_width=12))
+    a  note
+    -  ---------
+    x  one two
+       three
+    """
+    n = len(header)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(n)]
+    flex = [i for i in range(n) if header[i] in wrap] or [n - 1]
+    rest = [i for i in range(n) if i not in flex]
+    excess = sum(widths) + 2 * (n - 1) - max_width
+
+    def shrink(group: list[int], floor_of: Any) -> None:
+        nonlocal excess
+        while excess > 0 and group:
+            i = max(group, key=lambda j: widths[j] - floor_of(j))
+            floor = floor_of(i)
+            if widths[i] <= floor:
+                return
+            cut = min(excess, widths[i] - floor)
+            widths[i] -= cut
+            excess -= cut
+
+    shrink(flex, lambda i: max(len(header[i]), min(WRAP_MIN, widths[i])))
+    shrink(rest, lambda i: max(len(header[i]), min(12, widths[i])))
+    shrink(flex, lambda i: max(len(header[i]), min(8, widths[i])))
+
+    def cell_lines(i: int, text: str) -> list[str]:
+        if len(text) <= widths[i]:
+            return [text]
+        if i in flex:
+            return textwrap.wrap(text, widths[i], break_on_hyphens=False) or [""]
+        return [text[: max(1, widths[i] - 3)] + "..."]
+
+    def fmt(r: list[str]) -> list[str]:
+        cells = [cell_lines(i, c) for i, c in enumerate(r)]
+        height = max(len(c) for c in cells)
+        return ["  ".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+                for k in range(height)]
+
+    lines = fmt(header) + fmt(["-" * w for w in widths])
+    for r in rows:
+        lines += fmt(r)
+    return "\n".join(lines)
+
+
+def table_with_notes(header: list[str], rows: list[list[str]], note: str = "note", *,
+                     max_width: int = TABLE_WIDTH) -> str:
+    """:func:`format_table`, with the ``note`` column's long cells as numbered notes below it.
+
+    A note that fits the room the other columns leave stays in its row; a longer one is replaced
+    by ``[k]`` and written in full under the table (identical notes share a number), so that a
+    long note neither squeezes the table nor is cut.
+
+    Examples
+    --------
+    >>> print(table_with_notes(["task", "note"], [["a", "ok"], ["b", "x " * 60], ["c", "x " * 60]], max_width=30))
+    task  note
+    ----  ----
+    a     ok
+    b     [1]
+    c     [1]
+    <BLANKLINE>
+    [1] x x x x x x x x x x x x x
+        x x x x x x x x x x x x x
+        x x x x x x x x x x x x x
+        x x x x x x x x x x x x x
+        x x x x x x x x
+    """
+    i = header.index(note)
+    others = [max(len(r[j]) for r in [header, *rows]) for j in range(len(header)) if j != i]
+    room = max(len(note), max_width - sum(others) - 2 * len(others))
+    numbers: dict[str, int] = {}
+    table = []
+    for r in rows:
+        text = r[i]
+        if len(text) > room:
+            text = f"[{numbers.setdefault(text, len(numbers) + 1)}]"
+        table.append([*r[:i], text, *r[i + 1:]])
+    lines = [format_table(header, table, max_width=max_width, wrap=(note,))]
+    if numbers:
+        lines.append("")
+        for text, k in numbers.items():
+            lines.append(textwrap.fill(text, max_width, initial_indent=f"[{k}] ", subsequent_indent="    "))
+    return "\n".join(lines)
 
 
 def format_seconds(s: float) -> str:
@@ -95,6 +219,7 @@ class CompileReport:
     budget: dict[str, Any] = field(default_factory=dict)
     build: str = ""  # how the library was made: "built", "built, cached" or "loaded from the library cache"
     seconds_build: float = 0.0
+    notes: tuple[str, ...] = ()  # what import/preparation changed or left out for this model, and why
 
     def count(self, outcome: str) -> int:
         """Return how many tasks had ``outcome``."""
@@ -106,12 +231,24 @@ class CompileReport:
         return sum(t.trials for t in self.tasks)
 
     def summary(self) -> str:
-        """Return the one-line summary, e.g. ``22 tasks: 19 hit, 0 reused, 3 tuned (...)``."""
+        """Return the one-line summary, e.g. ``22 tasks: 19 hit, 0 reused, 3 tuned (...)``.
+
+        When tasks were searched it says the most the plan could spend (its progress line's total).
+        """
+        most = self.budget.get("max_trials")
+        trials = plural(self.trials, "trial") if most is None else f"{self.trials} of at most {most} trials"
         return (
-            f"{len(self.tasks)} tasks: {self.count('hit')} hit, {self.count('reused')} reused, "
-            f"{self.count('tuned')} tuned ({self.trials} trials, {format_seconds(self.seconds_tuning)}), "
+            f"{plural(len(self.tasks), 'task')}: {self.count('hit')} hit, {self.count('reused')} reused, "
+            f"{self.count('tuned')} tuned ({trials}, {format_seconds(self.seconds_tuning)}), "
             f"{self.count('fallback')} fallback"
         )
+
+    def annotate(self, notes: Sequence[str], degraded: Mapping[str, str]) -> CompileReport:
+        """Return the report with the model's notes, and each task whose kernel the build
+        degraded to TVM's default schedule (``degraded``: name -> why) as a ``fallback``."""
+        tasks = tuple(replace(t, outcome="fallback", latency_s=None, note=degraded[t.name])
+                      if t.name in degraded else t for t in self.tasks)
+        return replace(self, tasks=tasks, notes=tuple(notes))
 
     def finish(self, target: Any, hw: Any, t0: float, tuning_s: float, budget: dict[str, Any], build: str,
                t_build: float) -> CompileReport:
@@ -136,27 +273,30 @@ class CompileReport:
                 "counts": {o: self.count(o) for o in OUTCOMES},
                 "budget": self.budget,
                 "tasks": [t.to_dict() for t in self.tasks],
+                "notes": list(self.notes),
             },
             indent=2,
         )
 
     def __str__(self) -> str:
-        header = ["task", "family", "w", "outcome", "trials", "time", "latency_ms", "source / note"]
+        header = ["task", "family", "w", "outcome", "trials", "time", "latency", "note"]
         rows = []
         for t in self.tasks:
             rows.append([
-                t.name[:60],
+                t.name,
                 t.family,
                 str(t.weight),
                 t.outcome,
                 str(t.trials),
                 format_seconds(t.seconds) if t.seconds else "-",
-                f"{t.latency_s * 1e3:.4f}" if t.latency_s is not None else "-",
-                (f"{t.note} [{t.source}]" if t.source else t.note)[:90],
+                format_latency(t.latency_s),
+                t.note,
             ])
-        lines = [format_table(header, rows), "", self.summary()]
+        lines = [table_with_notes(header, rows), "", self.summary()]
         if self.build:
             lines.append(f"library: {self.build} ({format_seconds(self.seconds_build)})")
+        lines += [textwrap.fill(n, TABLE_WIDTH, initial_indent="note: ", subsequent_indent="      ",
+                                break_on_hyphens=False) for n in self.notes]
         return "\n".join(lines)
 
 
@@ -234,6 +374,7 @@ class WarmReport:
     scratch_trials: float
     estimated_trials: float
     dry_run: bool = False
+    max_trials: int = 0  # the most the plan may spend (escalations included): the progress total
     timeline: tuple[tuple[float, int], ...] = field(default=())
 
     @property
@@ -247,28 +388,34 @@ class WarmReport:
 
     def summary(self) -> str:
         """Return a one-line summary."""
+        hits = plural(len(self.hits), "store hit")
         if self.dry_run:
             steps = len(json.loads(self.plan_json)['nodes'])
-            return (f"dry run: {steps} steps to search, {len(self.hits)} store hits; "
-                    f"{self.estimated_trials:.0f} trials estimated vs {self.scratch_trials:.0f} from scratch")
-        return (f"{len(self.outcomes)} steps: {self.count('tuned')} tuned, {self.count('reused')} reused, "
-                f"{self.count('hit')} already done, {self.count('fallback')} not done; {len(self.hits)} store hits; "
-                f"{self.trials} trials in {format_seconds(self.seconds)} "
-                f"(from scratch: {self.scratch_trials:.0f} trials)")
+            return (f"dry run: {plural(steps, 'step')} to search, {hits}; "
+                    f"{self.estimated_trials:.0f} trials estimated vs {self.scratch_trials:.0f} from scratch"
+                    f"{self._most()}")
+        return (f"{plural(len(self.outcomes), 'step')} ({hits}): {self.count('tuned')} tuned, "
+                f"{self.count('reused')} reused, {self.count('hit')} done before, {self.count('fallback')} not done; "
+                f"{self.trials} of at most {self.max_trials} trials in {format_seconds(self.seconds)}")
+
+    def _most(self) -> str:
+        if self.max_trials <= self.estimated_trials:
+            return f" (at most {self.max_trials})"
+        return f" (at most {self.max_trials} if narrowed searches escalate to full search)"
 
     def __str__(self) -> str:
-        rows = [[o.name[:56], o.outcome + (" (escalated)" if o.escalated else ""), str(o.trials),
-                 format_seconds(o.seconds) if o.seconds else "-",
-                 f"{o.latency_s * 1e3:.4f}" if o.latency_s else "-", o.note[:60]] for o in self.outcomes]
-        header = ["node", "outcome", "trials", "time", "latency_ms", "note"]
-        return "\n".join([format_table(header, rows), "", self.summary()])
+        rows = [[o.name, o.outcome + (" (escalated)" if o.escalated else ""), str(o.trials),
+                 format_seconds(o.seconds) if o.seconds else "-", format_latency(o.latency_s), o.note]
+                for o in self.outcomes]
+        header = ["node", "outcome", "trials", "time", "latency", "note"]
+        return "\n".join([table_with_notes(header, rows), "", self.summary()])
 
     def to_json(self) -> str:
         """Return the report as JSON."""
         return json.dumps({
             "summary": self.summary(),
             "trials": self.trials, "seconds": self.seconds, "scratch_trials": self.scratch_trials,
-            "estimated_trials": self.estimated_trials, "hits": list(self.hits),
+            "estimated_trials": self.estimated_trials, "max_trials": self.max_trials, "hits": list(self.hits),
             "steps": [{"node": o.node, "name": o.name, "workload": str(o.key), "outcome": o.outcome, "trials": o.trials,
                        "seconds": o.seconds, "source": o.source, "escalated": o.escalated, "latency_s": o.latency_s,
                        "note": o.note} for o in self.outcomes],
@@ -290,9 +437,12 @@ class WarmReport:
         ax.step(xs, ys, where="post", label="tunecache (plan + reuse)")
         ax.axhline(self.scratch_trials, color="gray", linestyle="--", label="every task from scratch")
         ax.axhline(self.estimated_trials, color="tab:orange", linestyle=":", label="plan estimate")
+        if self.max_trials > self.estimated_trials:
+            ax.axhline(self.max_trials, color="tab:red", linestyle=":", label="at most (escalations)")
         ax.set_xlabel("wall time (s)")
         ax.set_ylabel("trials")
-        ax.set_title(f"warm: {self.trials} trials vs {self.scratch_trials:.0f} from scratch")
+        ax.set_title(f"warm: {self.trials} of at most {self.max_trials} trials "
+                     f"({self.estimated_trials:.0f} estimated, {self.scratch_trials:.0f} from scratch)")
         ax.legend(loc="best", fontsize=8)
         fig.tight_layout()
         p = Path(path)

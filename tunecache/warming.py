@@ -7,17 +7,21 @@ Interrupt it and run it again: committed work is kept and the rest continues.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tunecache.errors import ConfigError
-from tunecache.report import WarmReport, format_seconds
+from tunecache.config import DEFAULT_TRIALS_PER_TASK, check_seconds, check_trials, default_reuse_trials
+from tunecache.errors import ConfigError, DependencyError, Interrupted, TunecacheError, UnsupportedModelError
+from tunecache.progress import ProgressPrinter
+from tunecache.report import WarmReport
 from tunecache.values import TaskOutcome
 
-__all__ = ["WarmReport", "warm", "load_zoo_file"]
+__all__ = ["WarmReport", "collect_model_tasks", "warm", "load_zoo_file"]
 
 
 def load_zoo_file(path: str | Path) -> tuple[list[str], list[Any]]:
@@ -61,13 +65,41 @@ def load_zoo_file(path: str | Path) -> tuple[list[str], list[Any]]:
     return specs, list(targets) if isinstance(targets, list) else [targets]
 
 
+def collect_model_tasks(specs: Sequence[str], target: Any) -> list[Any]:
+    """Import each model spec and return the models' tasks, merged by workload key (weights summed).
+
+    :func:`tunecache.planning.collect_tasks` one model at a time, so that a model that cannot be
+    loaded (a zoo name that does not exist, a factory that raises) is named in the error.
+
+    Raises
+    ------
+    UnsupportedModelError
+        Naming the model spec, when its factory or its import raised something else.
+    """
+    from tunecache.planning import collect_tasks
+
+    merged: dict[Any, Any] = {}
+    for spec in specs:
+        try:
+            tasks = collect_tasks([spec], target)
+        except (TunecacheError, KeyboardInterrupt):
+            raise
+        except Exception as err:  # noqa: BLE001 - a user's factory may raise anything
+            raise UnsupportedModelError(
+                f"model {spec!r} could not be loaded: {type(err).__name__}: {err}; fix its factory or "
+                "file, or leave it out (--debug shows the traceback)") from err
+        for t in tasks:
+            merged[t.key] = replace(merged[t.key], weight=merged[t.key].weight + t.weight) if t.key in merged else t
+    return list(merged.values())
+
+
 def warm(
     models: Sequence[str],
     target: Any = None,
     *,
     store: Any = None,
-    full_trials: int = 64,
-    reuse_trials: int = 16,
+    full_trials: int = DEFAULT_TRIALS_PER_TASK,
+    reuse_trials: int | None = None,
     time_budget_s: float | None = None,
     executor: str = "local",
     address: str | None = None,
@@ -89,7 +121,10 @@ def warm(
     store
         Store URL, path or object (default ``$TUNECACHE_DB`` / the user cache file).
     full_trials, reuse_trials
-        Budgets of a full search and of a narrowed reuse search.
+        Budgets of a full search and of a narrowed reuse search (default: a quarter of
+        ``full_trials``, at least 4). No task gets more than ``full_trials`` trials, so the warm
+        spends no more than the most ``dry_run`` reports (``max_trials``, next to the planner's
+        estimate: a narrowed search that falls short escalates to a full search).
     time_budget_s
         Wall-clock budget of the whole warm.
     executor
@@ -101,63 +136,136 @@ def warm(
         Plan with bridge operators.
     dry_run
         Plan only: nothing is measured.
+    progress
+        Show a progress line on stderr: every measured round and finished step (the Ray
+        executor: every finished step).
+
+    Raises
+    ------
+    ConfigError, UnsupportedModelError, TargetError, StoreError
+        For a bad argument, model, target or store; the message says what to do.
+    Interrupted
+        At a Ctrl-C, once the searches in flight committed what they measured.
     """
     if executor not in ("local", "ray"):
         raise ConfigError(f"executor={executor!r}: use 'local' or 'ray'")
-    from tunecache.planning import collect_tasks, make_plan
+    check_trials("full_trials", full_trials)
+    reuse_trials = default_reuse_trials(full_trials) if reuse_trials is None else check_trials("reuse_trials",
+                                                                                             reuse_trials)
+    time_budget_s = check_seconds("time_budget_s", time_budget_s)
     from tunecache.store import open_store
-    from tunecache.tvm_layer.bridges import materialize_bridge
-    from tunecache.tvm_layer.measure import rpc_runner
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     t0 = time.time()
     tgt = resolve_target(target)
     hw = hardware_key(tgt)
     st = open_store(store)
-    tasks = collect_tasks(list(models), tgt)
+    with _ray_cluster(address if executor == "ray" and not dry_run else None):
+        return _warm(models, tgt, hw, st, t0, full_trials=full_trials, reuse_trials=reuse_trials,
+                     time_budget_s=time_budget_s, executor=executor, address=address, runner=runner,
+                     bridges=bridges, dry_run=dry_run, seed=seed, progress=progress, holder=holder)
+
+
+def _warm(models: Sequence[str], tgt: Any, hw: Any, st: Any, t0: float, *, full_trials: int, reuse_trials: int,
+          time_budget_s: float | None, executor: str, address: str | None, runner: str | None, bridges: bool,
+          dry_run: bool, seed: int | None, progress: bool, holder: str | None) -> WarmReport:
+    """The body of :func:`warm`, once the target, store and cluster are there."""
+    from tunecache.pipeline import stored_records
+    from tunecache.planning import make_plan
+    from tunecache.search.budget import bounded_plan, plan_budget, plan_estimate
+    from tunecache.tvm_layer.bridges import materialize_bridge
+
+    tasks = collect_model_tasks(list(models), tgt)
     # A task with records but no done mark was interrupted: it is planned again (resumed). Done
     # tasks are not planned, and stay reuse sources for the others.
     done = [t for t in tasks if st.is_done(t.key, hw)]
     done_keys = {t.key for t in done}
     todo = [t for t in tasks if t.key not in done_keys]
-    mp = make_plan(todo, tgt, hw, st, bridges=bridges, full_trials=full_trials)
+    mp = bounded_plan(make_plan(todo, tgt, hw, st, bridges=bridges, full_trials=full_trials), full_trials,
+                      reuse_trials)
     hits = tuple(t.name for t in done)
     plan_text, plan_json = mp.to_text(), mp.to_json()
-    scratch_trials, estimated_trials = float(mp.plan.scratch_trials), mp.plan.total_trials
+    scratch_trials, estimated_trials = float(mp.plan.scratch_trials), float(plan_estimate(mp))
+    max_trials = plan_budget(mp, full_trials)
     if dry_run:
         return WarmReport(outcomes=(), seconds=time.time() - t0, dry_run=True, plan_text=plan_text,
                           plan_json=plan_json, hits=hits, scratch_trials=scratch_trials,
-                          estimated_trials=estimated_trials)
+                          estimated_trials=estimated_trials, max_trials=max_trials)
     mods = {t.node: next(x.mod for x in todo if x.key == t.key) for t in mp.tasks.values()}
     mods.update({n: materialize_bridge(nest, nest.extents) for n, nest in mp.bridges.items()})
     timeline: list[tuple[float, int]] = []
+    printer = ProgressPrinter(label="warm", time_budget_s=time_budget_s) if progress else None
+
+    def on_round(event: Any) -> None:
+        timeline.append((time.time() - t0, int(event.total_trials)))
+        if printer is not None:
+            printer(event)
+
     spent = [0]
-    n_steps = len(mp.plan.steps)
 
     def on_step(o: TaskOutcome) -> None:
         spent[0] += o.trials
-        timeline.append((time.time() - t0, spent[0]))
-        if progress:
-            el = time.time() - t0
-            frac = min(1.0, spent[0] / max(1.0, mp.plan.total_trials))
-            eta = format_seconds(el * (1 - frac) / frac) if frac > 0 else "?"
-            print(f"[warm] {len(timeline)}/{n_steps} steps ({o.outcome}: {o.name[:40]}), {spent[0]} trials, "
-                  f"{format_seconds(el)} elapsed, ~{eta} left", file=sys.stderr, flush=True)
+        if executor == "ray":  # no round events from Ray workers: the timeline is per step
+            timeline.append((time.time() - t0, spent[0]))
+        if printer is not None:
+            printer.step(o)
 
-    if executor == "ray":
-        from tunecache.search.ray_executor import execute_plan_ray
+    if printer is not None:
+        printer.start(len(mp.plan.steps), max_trials)
+    try:
+        if executor == "ray":
+            from tunecache.search.ray_executor import execute_plan_ray
 
-        outcomes = execute_plan_ray(mp, mods, tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials,
-                                    address=address, seed=seed, on_step=on_step, time_budget_s=time_budget_s,
-                                    runner=runner)
-    else:
-        from tunecache.search.execute import execute_plan, search_context
+            outcomes = execute_plan_ray(mp, mods, tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials,
+                                        address=address, seed=seed, on_step=on_step, time_budget_s=time_budget_s,
+                                        runner=runner)
+        else:
+            from tunecache.interrupt import stop_on_interrupt
+            from tunecache.search.execute import execute_plan, search_context
+            from tunecache.tvm_layer.measure import rpc_runner
 
-        with search_context(tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials,
-                            runner=rpc_runner(runner) if runner else None, time_budget_s=time_budget_s,
-                            seed=seed, holder=holder or "") as ctx:
-            outcomes = execute_plan(mp, mods, ctx, on_step=on_step)
+            with stop_on_interrupt(), search_context(
+                    tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials,
+                    runner=rpc_runner(runner) if runner else None, time_budget_s=time_budget_s,
+                    seed=seed, holder=holder or "", progress=on_round) as ctx:
+                outcomes = execute_plan(mp, mods, ctx, on_step=on_step)
+    except Interrupted as stop:
+        raise Interrupted(stop.trials, stored_records(st, hw, [t.key for t in todo])) from stop
+    finally:
+        if printer is not None:
+            printer.close(spent[0] if sys.exc_info()[0] is None else None)
     ordered = tuple(outcomes[s.node] for s in mp.plan.steps if s.node in outcomes)
+    total = sum(o.trials for o in ordered)
+    if not timeline or timeline[-1][1] != total:
+        timeline.append((time.time() - t0, total))
     return WarmReport(outcomes=ordered, seconds=time.time() - t0, timeline=tuple(timeline), plan_text=plan_text,
                       plan_json=plan_json, hits=hits, scratch_trials=scratch_trials,
-                      estimated_trials=estimated_trials)
+                      estimated_trials=estimated_trials, max_trials=max_trials)
+
+
+@contextlib.contextmanager
+def _ray_cluster(address: str | None) -> Iterator[None]:
+    """Join the Ray cluster at ``address`` for the duration (nothing for ``None``: the executor
+    starts a local instance), saying in a sentence when no cluster answers."""
+    if address is None:
+        yield
+        return
+    try:
+        import ray
+    except ImportError as err:
+        raise DependencyError("--executor ray needs Ray: run `pip install 'tunecache[ray]'`") from err
+    if ray.is_initialized():
+        yield
+        return
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        first = str(err).strip().split(". ")[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(
+            f"--executor ray --address {address}: no Ray cluster answers ({first}); start one with "
+            "`ray start --head` (and `ray start --address=<head>` on the other nodes), or leave out "
+            "--address to run a local Ray instance") from err
+    try:
+        yield
+    finally:
+        ray.shutdown()

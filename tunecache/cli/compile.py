@@ -7,42 +7,80 @@ import json
 import sys
 from typing import Any
 
-from tunecache.cli.common import add_db
-from tunecache.models import load_model_spec
+from tunecache.cli.common import add_budget, add_db, add_output_options, seconds, store_line, target_flag
 
-__all__ = ["register"]
+__all__ = ["load_model", "register", "target_text"]
+
+
+def load_model(spec: str) -> tuple[Any, Any, str]:
+    """:func:`tunecache.models.load_model_spec`, with a factory that raises named in the error."""
+    from tunecache.errors import TunecacheError, UnsupportedModelError
+    from tunecache.models import load_model_spec
+
+    try:
+        return load_model_spec(spec)
+    except TunecacheError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a user's factory may raise anything
+        raise UnsupportedModelError(
+            f"model {spec!r} could not be loaded: {type(err).__name__}: {err}; fix its factory or file "
+            "(--debug shows the traceback)") from err
+
+
+def target_text(target: Any) -> str:
+    """A target as a short command line (``llvm -mcpu=znver3 -num-cores=2``) for messages."""
+    from tunecache.tvm_layer.target import target_dict
+
+    d = target_dict(target)
+    kind = str(d.pop("kind", "?"))
+    d.pop("keys", None)
+    d = {k: v for k, v in d.items() if not k.startswith("feature.") and not isinstance(v, (dict, list))}
+    return " ".join([kind, *(f"-{k}={v}" for k, v in sorted(d.items()))])
 
 
 def _cmd_compile(a: argparse.Namespace) -> int:
     import tunecache
+    from tunecache.api import check_output_path
+    from tunecache.store import open_store
 
-    model, inputs, name = load_model_spec(a.model)
+    # Everything a user can get wrong is checked before the model is imported and compiled.
+    out = check_output_path(a.output) if a.output else None
+    target = target_flag(a.target)
+    store = open_store(a.db, overlay=a.overlay)
+    model, inputs, name = load_model(a.model)
+    if not a.quiet:
+        print(f"tunecache: {name} for {target_text(target)}; {store_line(store)}", file=sys.stderr)
     cm = tunecache.compile(
         model,
-        a.target,
+        target,
         example_inputs=inputs,
-        store=a.db,
-        overlay=a.overlay,
+        store=store,
         tune=a.tune,
-        trials_per_task=a.trials_per_task,
+        trials_per_task=a.budget,
         time_budget_s=a.time_budget,
         seed=a.seed,
         progress=not a.quiet,
-        library_cache=False if a.no_library_cache else None,
+        # A .tar holds object files: build them (a cached library is a .so already).
+        library_cache=False if a.no_library_cache or (out is not None and out.suffix != ".so") else None,
     )
     if a.json:
         print(cm.report.to_json())
+        if not a.quiet:  # stdout is only JSON: the summary for people goes to stderr
+            print(f"tunecache: {cm.report.summary()}", file=sys.stderr)
+    elif a.quiet:
+        print(cm.report.summary())
     else:
-        print(f"{name} on {cm.target}")
         print(cm.report)
-    if a.output:
-        path = cm.export_library(a.output)
-        print(f"wrote {path}", file=sys.stderr)
+    if out is not None:
+        path = cm.export_library(out)
+        if not a.quiet:
+            print(f"tunecache: wrote {path}", file=sys.stderr)
     return 0
 
 
 def _cmd_zoo_list(a: argparse.Namespace) -> int:
     from tunecache import zoo
+    from tunecache.report import format_table
 
     rows = []
     for n in zoo.names():
@@ -50,18 +88,19 @@ def _cmd_zoo_list(a: argparse.Namespace) -> int:
         if a.tasks:
             from tunecache.tvm_layer import frontend
 
+            target = target_flag(a.target)
             zm = zoo.get(n)
-            mod = frontend.prepare_for_tuning(frontend.import_model(zm.module, zm.example_inputs), a.target)
-            tasks = frontend.extract_tasks(mod, a.target)
+            mod = frontend.prepare_for_tuning(frontend.import_model(zm.module, zm.example_inputs), target)
+            tasks = frontend.extract_tasks(mod, target)
             row["tasks"] = len(tasks)
             row["calls"] = sum(t.weight for t in tasks)
         rows.append(row)
     if a.json:
         print(json.dumps(rows, indent=2))
         return 0
-    for r in rows:
-        extra = f"  {r['tasks']:3d} tasks ({r['calls']} calls)" if a.tasks else ""
-        print(f"{r['name']:14s}{extra}  {r['description']}")
+    header = ["name", *(["tasks", "calls"] if a.tasks else []), "description"]
+    table = [[r["name"], *([str(r["tasks"]), str(r["calls"])] if a.tasks else []), r["description"]] for r in rows]
+    print(format_table(header, table, wrap=("description",)))
     return 0
 
 
@@ -74,22 +113,24 @@ def register(sub: Any) -> None:
     p.add_argument("--overlay", metavar="URL", default=None,
                    help="local store in front of a read-only --db: hits from both, new records go here")
     p.add_argument("--tune", choices=("auto", "never", "always"), default="auto")
-    p.add_argument("--trials-per-task", type=int, default=32, metavar="N")
-    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS")
+    add_budget(p, "--trials-per-task", "--budget", what="trials of one task's search")
+    p.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
+                   help="wall-clock budget of all tuning")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("-o", "--output", help="write a deployable shared library (.so)")
+    p.add_argument("-o", "--output", metavar="PATH",
+                   help="write the compiled model: PATH.so a shared library, PATH.tar its object files")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.add_argument("--no-library-cache", action="store_true",
                    help="always generate code (default: load the library built last time when the model, "
                         "target and records are unchanged; TUNECACHE_LIB_CACHE=off does the same)")
+    add_output_options(p)
     p.set_defaults(fn=_cmd_compile)
 
     z = sub.add_parser("zoo", help="the built-in model zoo")
-    zs = z.add_subparsers(dest="zoocmd", metavar="SUBCOMMAND", required=True)
+    zs = z.add_subparsers(dest="zoocmd", metavar="SUBCOMMAND", required=True, parser_class=type(z))
     p = zs.add_parser("list", help="list zoo models (with --tasks: their task counts)")
     p.add_argument("--tasks", action="store_true", help="import each model and count its tasks (slower)")
     p.add_argument("--target", default=None)
     p.add_argument("--json", action="store_true")
+    add_output_options(p)
     p.set_defaults(fn=_cmd_zoo_list)
-

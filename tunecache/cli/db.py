@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from tunecache.cli.common import add_db
-from tunecache.report import format_table
+from tunecache.cli.common import add_db, add_output_options
+from tunecache.report import format_latency, format_table, plural
 
 __all__ = ["register"]
 
@@ -24,8 +25,21 @@ def _fmt_bytes(n: int | None) -> str:
     return str(n)
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    return format_table(header, [[str(c) for c in r] for r in rows])
+def _table(rows: list[list[str]], header: list[str], wrap: tuple[str, ...] = ()) -> str:
+    return format_table(header, [[str(c) for c in r] for r in rows], wrap=wrap)
+
+
+def _positive(text: str) -> int:
+    """``type=`` of a count flag: a whole number >= 1 (argparse names the flag)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 # -- db -------------------------------------------------------------------------------------
@@ -34,7 +48,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def _cmd_db_stats(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
 
-    st = open_store(a.db, read_only=a.read_only).stats()
+    st = open_store(a.db, read_only=a.read_only, create=False).stats()
     if a.json:
         print(json.dumps({
             "workloads": st.workloads, "records": st.records, "valid_records": st.valid_records,
@@ -47,7 +61,8 @@ def _cmd_db_stats(a: argparse.Namespace) -> int:
           f"size {_fmt_bytes(st.size_bytes)}, schema v{st.schema_version}")
     if st.by_hardware:
         print()
-        print(_table([[h, str(n), d] for h, d, n in st.by_hardware], ["hardware", "records", "description"]))
+        print(_table([[h, str(n), d] for h, d, n in st.by_hardware], ["hardware", "records", "description"],
+                     wrap=("description",)))
     if st.by_family:
         print()
         print(_table([[f, str(n)] for f, n in st.by_family], ["family", "workloads"]))
@@ -76,11 +91,12 @@ def _cmd_db_ls(a: argparse.Namespace) -> int:
             "source": r.provenance.source_workload, "trials": r.provenance.trials, "stale": r.stale,
         } for r in recs], indent=2))
         return 0
-    rows = [[r.uid[:8], names[r.workload].name[:40], names[r.workload].family, r.hardware.id,
-             f"{r.latency_s * 1e3:.4f}" if r.latency_s is not None else "failed",
+    # "trial #": which measurement of its search the record was (not how many trials were spent).
+    rows = [[r.uid[:8], names[r.workload].name, names[r.workload].family, r.hardware.id,
+             format_latency(r.latency_s) if r.latency_s is not None else "failed",
              r.provenance.kind + (" (stale)" if r.stale else ""), str(r.provenance.trials)] for r in recs]
-    print(_table(rows, ["uid", "workload", "family", "hardware", "latency_ms", "how", "trials"]))
-    print(f"{len(rows)} records")
+    print(_table(rows, ["uid", "workload", "family", "hardware", "latency", "how", "trial #"]))
+    print(plural(len(rows), "record"))
     return 0
 
 
@@ -95,20 +111,80 @@ def _cmd_db_import(a: argparse.Namespace) -> int:
     return 0 if not report.errors else 3
 
 
+def _check_export_dir(directory: str) -> None:
+    """Refuse a directory that cannot be made: a file, or a path under a file (before any work)."""
+    from tunecache.errors import ConfigError
+
+    d = Path(directory)
+    for p in (d, *d.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is a file" if p == d else f"is under {p}, which is a file"
+                raise ConfigError(f"db export {directory}: {directory} {what}; give a directory path")
+            return
+
+
 def _cmd_db_export(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
     from tunecache.tvm_layer.jsondb import export_jsondb
 
+    _check_export_dir(a.directory)
     n = export_jsondb(open_store(a.db, read_only=True), a.directory, hardware=a.hardware, valid_only=not a.all)
-    print(f"exported {n} records to {a.directory}")
+    print(f"exported {plural(n, 'record')} to {a.directory}")
     return 0
+
+
+def _removable(store: Any, keep_top: int) -> int:
+    """How many records ``gc(keep_top)`` removes: all but the best ``keep_top`` valid, fresh
+    records per workload and hardware (failed and stale records included)."""
+    kept: dict[tuple[Any, str], int] = {}
+    total = 0
+    for r in store.records(valid_only=False):
+        total += 1
+        if r.latency_s is not None and not r.stale:
+            k = (r.workload, r.hardware.id)
+            kept[k] = min(keep_top, kept.get(k, 0) + 1)
+    return total - sum(kept.values())
+
+
+def _sqlite_file(store: Any) -> Path | None:
+    url = str(getattr(store, "url", ""))
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        path = Path(url[len("sqlite:///"):])
+        return path if path.is_file() else None
+    return None
+
+
+def _vacuum(path: Path) -> None:
+    """Give the space of deleted records back to the file system (SQLite keeps it otherwise)."""
+    import sqlite3
+
+    con = sqlite3.connect(str(path), timeout=30)
+    try:
+        con.execute("VACUUM")
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        con.close()
 
 
 def _cmd_db_gc(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
 
-    n = open_store(a.db).gc(a.keep_top)
-    print(f"removed {n} records (kept the best {a.keep_top} per workload and hardware)")
+    what = f"the best {a.keep_top} per workload and hardware"
+    if a.dry_run:
+        store = open_store(a.db, read_only=True)
+        print(f"would remove {plural(_removable(store, a.keep_top), 'record')} (keeping {what}); nothing changed")
+        return 0
+    store = open_store(a.db, create=False)
+    path = _sqlite_file(store)
+    before = path.stat().st_size if path is not None else None
+    n = store.gc(a.keep_top)
+    store.close()
+    size = ""
+    if path is not None and n:
+        _vacuum(path)
+        size = f"; file {_fmt_bytes(before)} -> {_fmt_bytes(path.stat().st_size)}"
+    print(f"removed {plural(n, 'record')} (kept {what}){size}")
     return 0
 
 
@@ -130,7 +206,7 @@ def _cmd_db_push(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
     from tunecache.store.overlay import push
 
-    n, new = push(open_store(a.overlay), open_store(a.db))
+    n, new = push(open_store(a.overlay, create=False), open_store(a.db))
     print(f"pushed {n} records ({new} new) from {a.overlay} to the team store")
     return 0
 
@@ -141,7 +217,7 @@ def _cmd_db_verify(a: argparse.Namespace) -> int:
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     target = resolve_target(a.target)
-    rep = verify_store(open_store(a.db), hardware_key(target), target, remeasure=a.remeasure)
+    rep = verify_store(open_store(a.db, create=False), hardware_key(target), target, remeasure=a.remeasure)
     for p in rep.problems[:50]:
         print(p, file=sys.stderr)
     print(rep.summary())
@@ -159,7 +235,7 @@ def _cmd_db_upgrade(a: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add ``tunecache db`` and its subcommands to the parser."""
     db = sub.add_parser("db", help="inspect and maintain a store")
-    dbs = db.add_subparsers(dest="dbcmd", metavar="SUBCOMMAND", required=True)
+    dbs = db.add_subparsers(dest="dbcmd", metavar="SUBCOMMAND", required=True, parser_class=type(db))
     s = dbs.add_parser("stats", help="counts per hardware key and operator family, size on disk")
     add_db(s)
     s.add_argument("--json", action="store_true")
@@ -187,7 +263,8 @@ def register(sub: Any) -> None:
     s.set_defaults(fn=_cmd_db_export)
     s = dbs.add_parser("gc", help="keep only the best K records per workload and hardware")
     add_db(s)
-    s.add_argument("--keep-top", type=int, required=True, metavar="K")
+    s.add_argument("--keep-top", type=_positive, required=True, metavar="K")
+    s.add_argument("--dry-run", action="store_true", help="say how many records would be removed; change nothing")
     s.set_defaults(fn=_cmd_db_gc)
     s = dbs.add_parser("check", help="integrity check: orphans, undecodable records, inconsistent rankings")
     add_db(s)
@@ -206,3 +283,5 @@ def register(sub: Any) -> None:
     s = dbs.add_parser("upgrade", help="upgrade the store's schema to this tunecache's version")
     add_db(s)
     s.set_defaults(fn=_cmd_db_upgrade)
+    for parser in dbs.choices.values():
+        add_output_options(parser)

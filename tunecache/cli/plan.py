@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from tunecache.cli.common import add_db
+from tunecache.cli.common import add_budget, add_db, add_output_options, target_flag, trials
 
 __all__ = ["register"]
 
@@ -14,27 +14,38 @@ __all__ = ["register"]
 def _cmd_plan(a: argparse.Namespace) -> int:
     import time
 
+    from tunecache.config import default_reuse_trials
     from tunecache.pipeline import lookup
-    from tunecache.planning import collect_tasks, make_plan
+    from tunecache.planning import make_plan
+    from tunecache.report import plural
+    from tunecache.search.budget import bounded_plan, plan_budget, plan_estimate
     from tunecache.store import open_store
-    from tunecache.tvm_layer.target import hardware_key, resolve_target
+    from tunecache.tvm_layer.target import hardware_key
+    from tunecache.warming import collect_model_tasks
 
     t0 = time.time()
-    target = resolve_target(a.target)
-    tasks = collect_tasks(a.models, target)
-    t1 = time.time()
+    target = target_flag(a.target)
     hw, store = hardware_key(target), open_store(a.db, read_only=a.read_only)
+    tasks = collect_model_tasks(a.models, target)
+    t1 = time.time()
     misses = lookup(tasks, store, hw).misses(tasks, "auto")
     miss_keys = {t.key for t in misses}
-    mp = make_plan(misses, target, hw, store, bridges=a.bridges, full_trials=a.full_trials,
-                   hits=[t for t in tasks if t.key not in miss_keys])
+    reuse = default_reuse_trials(a.budget) if a.reuse_budget is None else a.reuse_budget
+    mp = bounded_plan(make_plan(misses, target, hw, store, bridges=a.bridges, full_trials=float(a.budget),
+                                hits=[t for t in tasks if t.key not in miss_keys]), a.budget, reuse)
     t2 = time.time()
+    most = plan_budget(mp, a.budget)
     if a.json:
-        print(mp.to_json())
+        import json
+
+        print(json.dumps({**json.loads(mp.to_json()), "max_trials": most}, indent=2))
     else:
         print(mp.to_text())
-    print(f"{len(tasks)} distinct tasks from {len(a.models)} model(s); import {t1 - t0:.1f}s, planning {t2 - t1:.1f}s",
-          file=sys.stderr)
+        if most > plan_estimate(mp):
+            print(f"at most {most} trials if narrowed searches escalate to full search")
+    if not a.quiet:
+        print(f"tunecache: {plural(len(tasks), 'distinct task')} from {plural(len(a.models), 'model')}; "
+              f"import {t1 - t0:.1f}s, planning {t2 - t1:.1f}s", file=sys.stderr)
     return 0
 
 
@@ -47,7 +58,10 @@ def register(sub: Any) -> None:
     p.add_argument("--read-only", action="store_true", help="open the store read-only")
     p.add_argument("--bridges", action=argparse.BooleanOptionalAction, default=True,
                    help="consider bridge operators (default: on)")
-    p.add_argument("--full-trials", type=float, default=1000.0, metavar="N",
-                   help="trial budget of one full search (the cost of tuning a task from scratch)")
+    add_budget(p, "--budget", "--full-trials",
+               what="trials of one full search (the cost of tuning a task from scratch)")
+    p.add_argument("--reuse-budget", type=trials, default=None, metavar="N",
+                   help="most trials of one narrowed search (default: a quarter of --budget, at least 4)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (every node names its source)")
+    add_output_options(p)
     p.set_defaults(fn=_cmd_plan)

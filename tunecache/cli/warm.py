@@ -6,13 +6,15 @@ import argparse
 import sys
 from typing import Any
 
-from tunecache.cli.common import add_db
+from tunecache.cli.common import add_budget, add_db, add_output_options, seconds, store_line, target_flag, trials
 
 __all__ = ["register"]
 
 
 def _cmd_warm(a: argparse.Namespace) -> int:
     from tunecache.errors import ConfigError
+    from tunecache.report import plural
+    from tunecache.store import open_store
     from tunecache.warming import load_zoo_file, warm
 
     models, targets = list(a.models), [a.target]
@@ -23,22 +25,42 @@ def _cmd_warm(a: argparse.Namespace) -> int:
             targets = zoo_targets
     if not models:
         raise ConfigError("name models to warm (e.g. `tunecache warm resnet18 bert_base`) or give --zoo ZOO.toml")
+    if a.plot:
+        from pathlib import Path
+
+        plot = Path(a.plot)
+        if plot.suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise ConfigError(f"--plot {a.plot}: name a .png (or .svg, .pdf) file")
+        if not plot.parent.is_dir():
+            raise ConfigError(f"--plot {a.plot}: directory {plot.parent} does not exist; create it or write elsewhere")
+    resolved = [target_flag(t) for t in targets]  # a bad target is an error before anything is imported
+    store = open_store(a.db)
+    if not a.quiet:
+        print(f"tunecache: {store_line(store)}", file=sys.stderr)
     rc = 0
-    for t in targets:
-        rep = warm(models, t, store=a.db, full_trials=a.budget, reuse_trials=a.reuse_budget,
+    for t in resolved:
+        rep = warm(models, t, store=store, full_trials=a.budget, reuse_trials=a.reuse_budget,
                    time_budget_s=a.time_budget, executor=a.executor, address=a.address, runner=a.runner,
-                   bridges=a.bridges, dry_run=a.dry_run, seed=a.seed)
+                   bridges=a.bridges, dry_run=a.dry_run, seed=a.seed, progress=not a.quiet)
         if a.json:
             print(rep.to_json())
         elif a.dry_run:
-            print(rep.plan_text)
+            if not a.quiet:
+                print(rep.plan_text)
             print(rep.summary())
         else:
-            print(rep)
-            png = rep.plot(a.plot or "warm.png") if rep.outcomes else None
-            if png:
-                print(f"plot: {png}", file=sys.stderr)
-        rc = rc or (0 if rep.dry_run or rep.count("fallback") == 0 else 5)
+            print(rep.summary() if a.quiet else rep)
+        if a.plot and rep.outcomes:
+            png = rep.plot(a.plot)
+            if png is None:
+                print("tunecache: no plot: matplotlib is not installed (pip install 'tunecache[plot]')",
+                      file=sys.stderr)
+            elif not a.quiet:
+                print(f"tunecache: wrote the plot {png}", file=sys.stderr)
+        if not rep.dry_run and rep.count("fallback"):
+            print(f"tunecache: {plural(rep.count('fallback'), 'step')} not done (see the notes); run the same "
+                  "command again to retry them", file=sys.stderr)
+            rc = 5
     return rc
 
 
@@ -52,12 +74,15 @@ def register(sub: Any) -> None:
     w.add_argument("--executor", choices=("local", "ray"), default="local")
     w.add_argument("--address", default=None, help="Ray cluster address ('auto' joins a running one)")
     w.add_argument("--runner", default=None, metavar="rpc://HOST:PORT/KEY", help="measure through a TVM RPC tracker")
-    w.add_argument("--budget", type=int, default=64, metavar="TRIALS", help="trials of one full search")
-    w.add_argument("--reuse-budget", type=int, default=16, metavar="TRIALS", help="trials of one narrowed search")
-    w.add_argument("--time-budget", type=float, default=None, metavar="SECONDS")
+    add_budget(w, "--budget", what="trials of one task's full search")
+    w.add_argument("--reuse-budget", type=trials, default=None, metavar="N",
+                   help="most trials of one narrowed search (default: a quarter of --budget, at least 4)")
+    w.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS")
     w.add_argument("--bridges", action=argparse.BooleanOptionalAction, default=True)
-    w.add_argument("--dry-run", action="store_true", help="print the plan and estimated time only")
+    w.add_argument("--dry-run", action="store_true", help="print the plan and estimated trials only")
     w.add_argument("--seed", type=int, default=None)
-    w.add_argument("--plot", metavar="PNG", default=None, help="write trials-vs-time plot (default warm.png)")
+    w.add_argument("--plot", metavar="PNG", default=None,
+                   help="write a plot of trials over time to this .png (none by default)")
     w.add_argument("--json", action="store_true")
+    add_output_options(w)
     w.set_defaults(fn=_cmd_warm)

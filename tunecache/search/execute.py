@@ -5,6 +5,14 @@ escalation to full search when a reused program is clearly worse than its source
 Every measurement is committed to the store as it lands, and a finished task is marked done, so
 an interrupted run resumes where it stopped: done tasks are hits, a task with records but no done
 mark is searched again with what is left of its budget.
+
+Trial accounting: no task gets more than its budget, ``full_trials`` in all: a full search its
+budget (a trivial task measures its one program once, and leaves the rest unused: it is not
+handed to other tasks), a narrowed search ``reuse_trials``, and what an escalation to full
+search or a time budget's top-up adds stops at ``full_trials`` too. So a plan spends at most
+:func:`~tunecache.search.budget.plan_budget` trials (what a dry run and the progress line show,
+next to the planner's estimate :func:`~tunecache.search.budget.plan_estimate`, which assumes no
+escalation).
 """
 
 from __future__ import annotations
@@ -20,9 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from tunecache import config
+from tunecache.errors import Interrupted, TuningError
+from tunecache.interrupt import stop_requested
 from tunecache.reuse.graph import ROOT
 from tunecache.reuse.plan import PlanStep
 from tunecache.reuse.planner import ModelPlan
+from tunecache.search.budget import TOP_UP_MIN_S, full_search_deadline, step_caps
 from tunecache.store.claims import Lease, default_holder, holder_is_dead
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Provenance
@@ -36,43 +47,23 @@ __all__ = [
     "search_reuse",
     "run_node",
     "node_specs",
-    "full_search_deadline",
     "top_up",
     "search_context",
 ]
-#: Rough cost of a narrowed search on a small CPU (operator sets: 12 trials in 3-5 s), used
-#: only to keep part of a time budget for the reuse children while full searches run.
-REUSE_SECONDS_PER_TRIAL = 0.4
-REUSE_SECONDS_PER_SEARCH = 1.0
-#: A time budget with at least this many seconds left once every step of a plan ran goes to one
-#: more full search of the plan's tasks (:func:`top_up`).
-TOP_UP_MIN_S = 10.0
+def _offset(progress: Callable[[Any], None] | None, base: int,
+            total: int | None = None) -> Callable[[Any], None] | None:
+    """``progress`` fed events whose ``total_trials`` count from ``base`` (and whose
+    ``max_trials`` is ``total``): a search reports its own trials, the plan counts them all."""
+    if progress is None or (base == 0 and total is None):
+        return progress
 
+    def relay(event: Any) -> None:
+        fields: dict[str, Any] = {"total_trials": base + event.total_trials}
+        if total is not None:
+            fields["max_trials"] = total
+        progress(replace(event, **fields))
 
-def full_search_deadline(deadline: float | None, reuse_left: int, reuse_trials: int,
-                         now: float | None = None) -> float | None:
-    """Return when the full searches of a plan pass must stop so the reuse children still fit.
-
-    Without it a time budget went to the roots' full searches, which use all the time they are
-    given, and every task reused from them fell back to TVM's default schedule. The reserve is
-    ``reuse_left`` narrowed searches at :data:`REUSE_SECONDS_PER_TRIAL` a trial plus
-    :data:`REUSE_SECONDS_PER_SEARCH`; the full searches always keep at least half of the time
-    left (their first pass measures every root once).
-
-    Examples
-    --------
-    >>> full_search_deadline(1000.0, 10, 8, now=700.0)
-    958.0
-    >>> full_search_deadline(1000.0, 100, 8, now=700.0)  # reserve larger than half
-    850.0
-    >>> full_search_deadline(None, 10, 8) is None
-    True
-    """
-    if deadline is None:
-        return None
-    now = time.time() if now is None else now
-    reserve = reuse_left * (reuse_trials * REUSE_SECONDS_PER_TRIAL + REUSE_SECONDS_PER_SEARCH)
-    return max(deadline - reserve, now + 0.5 * max(0.0, deadline - now))
+    return relay
 
 
 @dataclass(frozen=True)
@@ -131,15 +122,20 @@ def search_context(target: Any, store: Any, hardware: HardwareKey, *, full_trial
     builder = make_builder() if builder is None else builder
     runner = make_runner() if runner is None else runner
     deadline = None if time_budget_s is None else time.time() + time_budget_s
+    keep_dir = False
     try:
         yield SearchContext(target, store, hardware, full_trials, reuse_trials, builder, runner, wd,
                             deadline=deadline, **settings)
+    except TuningError:
+        keep_dir = True  # its message points at the logs in it
+        raise
     finally:
+        # Worker processes first (an interrupted search left none measuring), then the directory.
         if own_builder:
             builder.close()
         if own_runner:
             runner.pool.shutdown(wait=True)  # LocalRunner keeps one worker process
-        if own_dir:
+        if own_dir and not keep_dir:
             shutil.rmtree(wd, ignore_errors=True)
 
 
@@ -160,41 +156,49 @@ def _best_latency(ctx: SearchContext, key: WorkloadKey) -> float | None:
     return best[0].latency_s if best else None
 
 
-def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "full search") -> list[TaskOutcome]:
+def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "full search",
+                max_total: int | None = None) -> list[TaskOutcome]:
     """Full search of ``specs`` in one task-scheduler run; one outcome per spec, in order.
 
     A spec's budget is ``ctx.full_trials`` less the records it already has (a resumed search;
-    all of it with ``ctx.fresh``). Claims and done marks are the caller's business. No new
-    search round starts after ``ctx.deadline``; every full search of a plan shares
+    all of it with ``ctx.fresh``), and it gets no more than that: the trials a task leaves (a
+    trivial task measures its one program once) are not handed to the others. ``max_total``
+    caps the run's trials in all. Claims and done marks are the caller's business. No new
+    search round starts after ``ctx.deadline`` or a stop request (then :class:`Interrupted` is
+    raised once the round in flight is committed); every full search of a plan shares
     ``ctx.cost_model`` (default a fresh one).
     """
     from tunecache.search.full import FullSearchTask, tune_tasks
 
     budgets = {s.node: _budget(s, ctx) for s in specs}
-    todo = [s for s in specs if budgets[s.node] > 0]
+    total = sum(budgets.values()) if max_total is None else min(sum(budgets.values()), max(0, max_total))
+    todo = [s for s in specs if budgets[s.node] > 0] if total > 0 else []
+    searched = {s.node for s in todo}
     done: dict[str, TaskOutcome] = {}
     for s in specs:
-        if budgets[s.node] == 0:
+        if s.node not in searched:
             latency = _best_latency(ctx, s.key)
-            done[s.node] = TaskOutcome(s.node, s.name, s.key, "tuned" if latency is not None else "fallback",
-                                       note="budget already spent (resumed)", latency_s=latency)
+            why = "budget already spent (resumed)" if budgets[s.node] == 0 else "the plan's trial budget is spent"
+            done[s.node] = TaskOutcome(s.node, s.name, s.key,
+                                       "tuned" if latency is not None and not ctx.fresh else "fallback",
+                                       note=why, latency_s=latency)
     if todo:
         db = make_database(ctx.store, ctx.hardware, ctx.target, provenance=_prov(ctx.hardware, "tuned"),
                            names={s.key.shash: s.name for s in todo})
         try:
-            # A resumed task gets only what is left of its budget (a fresh one may get more: the
-            # trials that converged tasks leave go to the others).
-            results = tune_tasks([FullSearchTask(s.node, s.mod, s.weight,
-                                                 budgets[s.node] if budgets[s.node] < ctx.full_trials else None)
-                                  for s in todo], ctx.target, db,
+            results = tune_tasks([FullSearchTask(s.node, s.mod, s.weight, budgets[s.node]) for s in todo],
+                                 ctx.target, db,
                                  trials_per_task=max(budgets[s.node] for s in todo),
-                                 max_trials_global=sum(budgets[s.node] for s in todo),
+                                 max_trials_global=total,
+                                 max_trials_per_task=max(budgets[s.node] for s in todo),
                                  time_budget_s=_remaining(ctx.deadline), seed=ctx.seed,
                                  work_dir=str(Path(ctx.work_dir) / "full"), progress=ctx.progress,
                                  builder=ctx.builder, runner=ctx.runner, cost_model=ctx.cost_model)
         except RuntimeError as err:
             reraise_store_error(db, err)
             raise
+        if stop_requested():  # nothing is marked done: a rerun resumes every task of this run
+            raise Interrupted(sum(r.trials for r in results))
         for s, r in zip(todo, results, strict=True):
             latency = _best_latency(ctx, s.key)
             # With ctx.fresh a task that found no valid candidate keeps its stored best, but was not tuned now.
@@ -204,39 +208,63 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
     return [done[s.node] for s in specs]
 
 
-def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext) -> TaskOutcome:
+def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
+                 max_total: int | None = None) -> TaskOutcome:
     """Narrowed search of ``spec`` from ``source``'s best stored programs.
 
     Falls back to a full search when the source has no valid program, and escalates to one
     when the reused program's throughput is below ``ctx.escalate_below`` times the source's.
     The source must be committed (its records in the store) before this is called.
+    ``max_total`` caps the trials of the narrowed search and its escalation together (the
+    escalation is skipped when nothing is left); the task never gets more than
+    ``ctx.full_trials`` records in all.
     """
     from tunecache.search.narrow import narrowed_search
 
     store, hardware = ctx.store, ctx.hardware
     sources = store.best_k(source.key, hardware, 3)
     if not sources:
-        (o,) = search_full([spec], ctx, note="source has no valid program")
+        (o,) = search_full([spec], ctx, note="source has no valid program", max_total=max_total)
         return o
+    cap = min(ctx.reuse_trials, ctx.full_trials) if max_total is None else min(ctx.reuse_trials, ctx.full_trials,
+                                                                                max_total)
+    if cap < 1:
+        latency = _best_latency(ctx, spec.key)
+        return TaskOutcome(spec.node, spec.name, spec.key, "reused" if latency is not None else "fallback",
+                           source=str(source.key), note="the plan's trial budget is spent", latency_s=latency)
     db = make_database(store, hardware, ctx.target, provenance=_prov(hardware, "reused", source.key, sources[0].uid),
                        names={spec.key.shash: spec.name})
     t0 = time.time()
     try:
         res = narrowed_search(sources, spec.mod, ctx.target, builder=ctx.builder, runner=ctx.runner,
-                              max_trials=ctx.reuse_trials, seed=ctx.seed or 0, database=db, task_name=spec.name)
+                              max_trials=cap, seed=ctx.seed or 0, database=db, task_name=spec.name,
+                              progress=ctx.progress)
     except RuntimeError as err:
         reraise_store_error(db, err)
         raise
     secs = time.time() - t0
+    if stop_requested():
+        raise Interrupted(res.trials)
     best = store.best_k(spec.key, hardware, 1)
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
     if not best or (src_tput > 0 and tput < ctx.escalate_below * src_tput):
         why = "no valid reused program" if not best else f"throughput {tput / src_tput:.2f}x its source's"
-        # Seeded: the narrowed candidates are this workload's records already.
-        (o,) = search_full([spec], ctx)
-        return replace(o, trials=o.trials + res.trials, seconds=o.seconds + secs, escalated=True,
-                       source=str(source.key), note=f"escalated to full search ({why})")
+        left = None if max_total is None else max_total - res.trials
+        if left is None or left > 0:
+            # Seeded: the narrowed candidates are this workload's records already.
+            try:
+                (o,) = search_full([spec], replace(ctx, progress=_offset(ctx.progress, res.trials)), max_total=left)
+            except Interrupted as stop:
+                raise Interrupted(res.trials + stop.trials) from stop
+            return replace(o, trials=o.trials + res.trials, seconds=o.seconds + secs, escalated=True,
+                           source=str(source.key), note=f"escalated to full search ({why})")
+        if not best:
+            return TaskOutcome(spec.node, spec.name, spec.key, "fallback", res.trials, secs, source=str(source.key),
+                               note="no valid reused program, and the plan's trial budget is spent")
+        return TaskOutcome(spec.node, spec.name, spec.key, "reused", res.trials, secs, source=str(source.key),
+                           note=f"narrowed search from {source.name} ({why}; the plan's trial budget left no "
+                                "room to escalate)", latency_s=best[0].latency_s)
     return TaskOutcome(spec.node, spec.name, spec.key, "reused", res.trials, secs, source=str(source.key),
                        note=f"narrowed search from {source.name}", latency_s=best[0].latency_s)
 
@@ -319,7 +347,7 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
 
 
 def top_up(mp: ModelPlan, specs: dict[str, NodeSpec], out: dict[str, TaskOutcome],
-           ctx: SearchContext) -> dict[str, TaskOutcome]:
+           ctx: SearchContext, max_total: int | None = None) -> dict[str, TaskOutcome]:
     """Spend what a time budget has left after every step of a plan on one more full search.
 
     Under a time budget the roots' full searches stop early to leave time for their reuse
@@ -329,14 +357,15 @@ def top_up(mp: ModelPlan, specs: dict[str, NodeSpec], out: dict[str, TaskOutcome
     tuned or reused, each weighted by its own calls, each starting from its records in the store
     (evolutionary search seeds its population from them), up to ``ctx.full_trials`` records a
     task. Returns ``out`` with the trials and seconds of the tasks searched again added to their
-    outcome; the outcome kind (``tuned``/``reused``) and its source stay.
+    outcome; the outcome kind (``tuned``/``reused``) and its source stay. ``max_total`` caps the
+    search's trials (what the plan has left).
     """
     tasks = [replace(specs[n], weight=mp.tasks[n].weight) for n in mp.tasks
              if n in out and out[n].outcome in ("tuned", "reused")]
-    if not tasks:
+    if not tasks or (max_total is not None and max_total < 1):
         return out
     merged = dict(out)
-    for o in search_full(tasks, replace(ctx, fresh=False), note="budget left after the plan"):
+    for o in search_full(tasks, replace(ctx, fresh=False), note="budget left after the plan", max_total=max_total):
         prev = merged[o.node]
         if o.trials and o.outcome == "tuned":
             merged[o.node] = replace(prev, trials=prev.trials + o.trials, seconds=prev.seconds + o.seconds,
@@ -352,20 +381,23 @@ def execute_plan(
     *,
     on_step: Callable[[TaskOutcome], None] | None = None,
     transfer: bool = True,
+    max_trials: int | None = None,
 ) -> dict[str, TaskOutcome]:
     """Run ``mp``'s steps in order; return an outcome per node (tasks and bridges).
 
     Parameters
     ----------
     mp
-        The plan (:func:`tunecache.reuse.planner.plan_tasks`).
+        The plan (:func:`tunecache.reuse.planner.plan_tasks`), best cut to what its steps may
+        spend (:func:`bounded_plan`).
     mods
         TIR module of every task and bridge node.
     ctx
         Where and how to search: target, store, hardware, budgets, builder and runner, the
         deadline (once passed, no new step starts; finished steps stay committed), the claim
         holder and lease (claims of other holders are waited for, up to ``ctx.wait_s``, and
-        taken over when their lease expires).
+        taken over when their lease expires). ``ctx.progress`` receives the plan's trials so far
+        (``total_trials``) out of ``max_trials`` (``max_trials``).
     on_step
         Called after every finished step (progress, resumability reporting).
     transfer
@@ -374,6 +406,15 @@ def execute_plan(
         (:func:`tunecache.search.transfer.pretrained_cost_model`) and trained further by each
         search. ``False``: a fresh model per search (MetaSchedule's default), which predicts at
         random until it has seen 100 measurements, i.e. for most of a small search.
+    max_trials
+        Most trials the whole plan may spend (default :func:`plan_budget` of ``mp``). A step
+        never takes what the steps after it may need (their :func:`step_caps`).
+
+    Raises
+    ------
+    Interrupted
+        After a stop request (:mod:`tunecache.interrupt`): the searches in flight committed what
+        they measured, the steps finished before are marked done, the rest are left to a rerun.
 
     Notes
     -----
@@ -386,6 +427,16 @@ def execute_plan(
     store, hardware, deadline = ctx.store, ctx.hardware, ctx.deadline
     specs = node_specs(mp, mods)
     out: dict[str, TaskOutcome] = {}
+    caps = step_caps(mp, ctx.full_trials)
+    budget = sum(caps.values()) if max_trials is None else max_trials
+    progress = ctx.progress
+    spent = 0
+
+    def room(starting: Sequence[str]) -> int:
+        """Trials the steps ``starting`` may take: what the plan has left less what the steps
+        after them may need."""
+        later = sum(caps[n] for n in caps if n not in out and n not in starting)
+        return budget - spent - later
 
     def share_model() -> None:
         """Pre-train the shared cost model once, when the first search starts (a resumed plan
@@ -397,7 +448,9 @@ def execute_plan(
             ctx = replace(ctx, cost_model=pretrained_cost_model(store, hardware, ctx.target)[0])
 
     def finish(o: TaskOutcome) -> None:
+        nonlocal spent
         out[o.node] = o
+        spent += o.trials
         if o.outcome != "fallback":
             store.mark_done(o.key, hardware, ctx.holder)
         if on_step is not None:
@@ -406,46 +459,57 @@ def execute_plan(
     def over_budget() -> bool:
         return deadline is not None and time.time() > deadline
 
+    def searching(c: SearchContext) -> SearchContext:
+        return replace(c, progress=_offset(progress, spent, budget))
+
     pending = list(mp.plan.steps)
     give_up = time.time() + ctx.wait_s
-    while pending and not over_budget():
-        ready_full: list[PlanStep] = []
-        ready_reuse: list[PlanStep] = []
-        waiting: list[PlanStep] = []
-        for s in pending:
-            spec = specs[s.node]
-            hit = _done_in_store(spec, ctx)
-            if hit is not None:
-                finish(hit)
-                continue
-            src_ok = s.source == ROOT or s.source in mp.stored or s.source in out
-            if not src_ok or not _claim(spec, ctx):
-                waiting.append(s)
-                continue
-            (ready_full if s.source == ROOT else ready_reuse).append(s)
-        # One lease renews every task claimed in this pass until the pass ends: the reuse
-        # children wait while the full searches run, longer than a lease.
-        claimed = [specs[s.node].key for s in ready_full + ready_reuse]
-        with Lease(store, hardware, claimed, ctx.holder, ctx.lease_s) if claimed else contextlib.nullcontext():
-            if ready_full:
-                share_model()
-                reuse_left = sum(1 for s in mp.plan.steps if s.source != ROOT and s.node not in out)
-                full_ctx = replace(ctx, deadline=full_search_deadline(deadline, reuse_left, ctx.reuse_trials))
-                for o in search_full([specs[s.node] for s in ready_full], full_ctx):
-                    finish(o)
-            for s in ready_reuse:
-                if over_budget():
-                    continue  # released when the lease ends
-                share_model()  # an escalation is a full search
-                finish(search_reuse(specs[s.node], specs[s.source], ctx))
-        pending = [s for s in waiting if s.node not in out] + [s for s in ready_reuse if s.node not in out]
-        if pending and not ready_full and not ready_reuse:
-            if time.time() > give_up:
-                break
-            time.sleep(1.0)  # another warmer holds these: wait for its done mark or lease expiry
-    if not pending and deadline is not None and deadline - time.time() > TOP_UP_MIN_S:
-        share_model()
-        out = top_up(mp, specs, out, ctx)
+    try:
+        while pending and not over_budget() and not stop_requested():
+            ready_full: list[PlanStep] = []
+            ready_reuse: list[PlanStep] = []
+            waiting: list[PlanStep] = []
+            for s in pending:
+                spec = specs[s.node]
+                hit = _done_in_store(spec, ctx)
+                if hit is not None:
+                    finish(hit)
+                    continue
+                src_ok = s.source == ROOT or s.source in mp.stored or s.source in out
+                if not src_ok or not _claim(spec, ctx):
+                    waiting.append(s)
+                    continue
+                (ready_full if s.source == ROOT else ready_reuse).append(s)
+            # One lease renews every task claimed in this pass until the pass ends: the reuse
+            # children wait while the full searches run, longer than a lease.
+            claimed = [specs[s.node].key for s in ready_full + ready_reuse]
+            with Lease(store, hardware, claimed, ctx.holder, ctx.lease_s) if claimed else contextlib.nullcontext():
+                if ready_full:
+                    share_model()
+                    reuse_left = sum(1 for s in mp.plan.steps if s.source != ROOT and s.node not in out)
+                    full_ctx = replace(ctx, deadline=full_search_deadline(deadline, reuse_left, ctx.reuse_trials))
+                    nodes = [s.node for s in ready_full]
+                    for o in search_full([specs[n] for n in nodes], searching(full_ctx), max_total=room(nodes)):
+                        finish(o)
+                for s in ready_reuse:
+                    if over_budget() or stop_requested():
+                        continue  # released when the lease ends
+                    share_model()  # an escalation is a full search
+                    finish(search_reuse(specs[s.node], specs[s.source], searching(ctx), max_total=room([s.node])))
+            pending = [s for s in waiting if s.node not in out] + [s for s in ready_reuse if s.node not in out]
+            if pending and not ready_full and not ready_reuse:
+                if time.time() > give_up:
+                    break
+                time.sleep(1.0)  # another warmer holds these: wait for its done mark or lease expiry
+        if not pending and not stop_requested() and deadline is not None and deadline - time.time() > TOP_UP_MIN_S:
+            share_model()
+            before = sum(o.trials for o in out.values())
+            out = top_up(mp, specs, out, searching(ctx), max_total=budget - spent)
+            spent += sum(o.trials for o in out.values()) - before
+    except Interrupted as stop:  # raised by a search with the trials it spent
+        raise Interrupted(spent + stop.trials) from stop
+    if stop_requested():
+        raise Interrupted(spent)
     for s in mp.plan.steps:
         if s.node not in out:
             spec = specs[s.node]

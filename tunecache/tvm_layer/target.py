@@ -15,8 +15,13 @@ A TVM tag
     ``"nvidia/nvidia-h100"``, ``"aws/cpu/c5.4xlarge"``, ... (``tvm.target.list_tags()``).
 A JSON object or a dict
     ``'{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 8}'``; ``"mcpu": "native"`` is
-    replaced by the host CPU name. A CUDA dict gets the per-block limits MetaSchedule reads
-    (``max_threads_per_block``, ``max_shared_memory_per_block``, ...) where it does not set them.
+    replaced by the host CPU name. An ``mcpu`` LLVM does not know for the target's triple is a
+    :class:`~tunecache.errors.TargetError` (LLVM itself would silently compile for a generic
+    CPU). An LLVM target for this host's architecture (no ``mtriple``, or this host's) that
+    does not say ``num-cores`` gets this host's physical core count, as the default target does:
+    ``"llvm -mcpu=<host cpu>"`` is the default target, with the same hardware key. A CUDA dict
+    gets the per-block limits MetaSchedule reads (``max_threads_per_block``,
+    ``max_shared_memory_per_block``, ...) where it does not set them.
 A legacy command line
     ``"llvm -mcpu=znver3 -num-cores=4"`` (TVM 0.27 itself rejects this form).
 A bare target kind
@@ -314,6 +319,40 @@ def _parse_cli(text: str) -> dict[str, Any]:
     return config
 
 
+@functools.lru_cache(maxsize=1)
+def _host_triple() -> str:
+    tvm = _tvm()
+    return str(tvm.target.codegen.llvm_get_system_triple())
+
+
+def _check_llvm(cfg: dict[str, Any]) -> None:
+    """Reject an ``mcpu`` LLVM does not know; give a host target without ``num-cores`` the host's."""
+    tvm = _tvm()
+    triple = str(cfg.get("mtriple") or "")
+    host = not triple or triple in (_host_triple(), _default_triple())
+    mcpu = cfg.get("mcpu")
+    if isinstance(mcpu, str) and mcpu:
+        codegen = tvm.target.codegen
+        if not codegen.llvm_is_valid_cpu(mcpu, triple or _host_triple()):
+            import difflib
+
+            try:
+                known = [str(c) for c in codegen.llvm_get_cpu_archlist(tvm.target.Target(
+                    {"kind": "llvm", **({"mtriple": triple} if triple else {})}))]
+            except Exception:  # noqa: BLE001 - only for the suggestion
+                known = []
+            close = difflib.get_close_matches(mcpu, known, n=3)
+            hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+            where = f"the triple {triple}" if triple else f"this host's triple {_host_triple()}"
+            raise TargetError(
+                f"LLVM does not know the CPU mcpu={mcpu!r} for {where} (it would silently compile for a "
+                f"generic CPU): {hint}this host's CPU is {_host_mcpu()!r}, what the default target uses; "
+                "tvm.target.codegen.llvm_get_cpu_archlist() lists the names LLVM knows"
+            )
+    if host and "num-cores" not in cfg:
+        cfg["num-cores"] = physical_cores()
+
+
 def _from_dict(config: Mapping[str, Any]) -> tvm.target.Target:
     if "kind" not in config:
         raise TargetError(
@@ -324,6 +363,8 @@ def _from_dict(config: Mapping[str, Any]) -> tvm.target.Target:
     cfg = dict(config)
     if kind == "llvm" and cfg.get("mcpu") == "native":
         cfg["mcpu"] = _host_mcpu()
+    if kind == "llvm":
+        _check_llvm(cfg)
     if kind == "cuda":
         # MetaSchedule's GPU rules read these; TVM leaves most of them unset for a bare dict.
         for key, value in _CUDA_DEFAULT_LIMITS.items():

@@ -6,6 +6,7 @@ from tunecache.search.full.allocator import (
     STOP_ENDED,
     STOP_EXHAUSTED,
     STOP_GLOBAL_CAP,
+    STOP_INTERRUPTED,
     STOP_STORED,
     STOP_TASK_CAP,
     STOP_TIME,
@@ -14,6 +15,7 @@ from tunecache.search.full.allocator import (
     EarlyStopping,
     TaskTally,
 )
+from tunecache.search.full.hooks import TrialPool
 from tunecache.search.full.results import FAILED_RUN_SECS, SearchProgress, TaskResult
 from tunecache.search.full.sizing import (
     COMPACT_BELOW_TRIALS_PER_ITER,
@@ -28,8 +30,9 @@ from tunecache.search.full.sizing import (
     fit_to_time_budget,
     search_sizing,
 )
+from tunecache.search.full.task import SCHEDULERS, FullSearchTask
 from tunecache.search.full.trivial import fixed_programs
-from tunecache.search.full.tune import SCHEDULERS, FullSearchTask, tune_tasks
+from tunecache.search.full.tune import tune_tasks
 
 __all__ = [
     "COMPACT_BELOW_TRIALS_PER_ITER",
@@ -46,6 +49,7 @@ __all__ = [
     "STOP_ENDED",
     "STOP_EXHAUSTED",
     "STOP_GLOBAL_CAP",
+    "STOP_INTERRUPTED",
     "STOP_STORED",
     "STOP_TASK_CAP",
     "STOP_TIME",
@@ -57,6 +61,7 @@ __all__ = [
     "SearchSizing",
     "TaskResult",
     "TaskTally",
+    "TrialPool",
     "compact_search",
     "fit_to_time_budget",
     "fixed_programs",

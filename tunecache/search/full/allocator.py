@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunecache.errors import ConfigError
+from tunecache.interrupt import stop_requested
 
 __all__ = [
     "MIN_WINDOW_TRIALS",
@@ -24,6 +25,7 @@ __all__ = [
     "STOP_ENDED",
     "STOP_EXHAUSTED",
     "STOP_GLOBAL_CAP",
+    "STOP_INTERRUPTED",
     "STOP_STORED",
     "STOP_TASK_CAP",
     "STOP_TIME",
@@ -42,6 +44,7 @@ STOP_TASK_CAP = "task trial cap"  # max_trials_per_task reached
 STOP_GLOBAL_CAP = "global trial cap"  # max_trials_global reached
 STOP_TIME = "time budget"  # time_budget_s spent
 STOP_ENDED = "search ended"  # MetaSchedule ended the task itself (or the loop ended)
+STOP_INTERRUPTED = "interrupted"  # a stop request (Ctrl-C): no round starts after the one in flight
 
 
 #: Shortest default early-stopping window. Two rounds of a time-fitted search can be 20
@@ -143,8 +146,8 @@ class Allocator:
     driven by a fake scheduler in the tests.
 
     Each call: join every round in flight (the measure callbacks, the tracker included, run
-    there), stop the tasks that are done (time budget, global or per-task cap, converged,
-    exhausted) with their reason, then pick: first every task that has had no round, heaviest
+    there), stop the tasks that are done (a stop request, time budget, global or per-task cap,
+    converged, exhausted) with their reason, then pick: first every task that has had no round, heaviest
     ``weight * flop`` first; then the largest ``weight * (alpha * backward + (1 - alpha) *
     best / trials)``, where ``backward`` is the best's improvement per trial over the last
     ``grad_window`` trials (Ansor's and MetaSchedule's gradient, per trial). Ties go to the task
@@ -164,6 +167,7 @@ class Allocator:
         grad_window: int,
         alpha: float = 0.2,
         clock: Callable[[], float] = time.perf_counter,
+        should_stop: Callable[[], bool] = stop_requested,
     ) -> None:
         self.tallies = tallies
         self.weights = weights
@@ -175,6 +179,7 @@ class Allocator:
         self.grad_window = grad_window
         self.alpha = alpha
         self.clock = clock
+        self.should_stop = should_stop
 
     def converged(self, i: int) -> bool:
         """Whether task ``i``'s best improved by at most ``min_improvement`` over the window."""
@@ -192,6 +197,8 @@ class Allocator:
 
     def _why_stop(self, i: int, total: int) -> str | None:
         tally = self.tallies[i]
+        if self.should_stop():
+            return STOP_INTERRUPTED
         if self.deadline is not None and self.clock() >= self.deadline:
             return STOP_TIME
         if total >= self.max_trials_global:

@@ -17,7 +17,31 @@ from tunecache.search.full.allocator import STOP_TIME, Allocator, TaskTally
 from tunecache.search.full.results import FAILED_RUN_SECS, SearchProgress, median_secs
 from tunecache.tvm_layer import load_tvm
 
-__all__ = ["Timeline", "capped_strategy", "tracking_classes"]
+__all__ = ["Timeline", "TrialPool", "capped_strategy", "tracking_classes"]
+
+
+class TrialPool:
+    """The candidates a :func:`~tunecache.search.full.tune_tasks` call may still measure, shared
+    by every task's search strategy (:func:`capped_strategy`).
+
+    MetaSchedule's task loop checks its global cap before a round and then measures the whole
+    round, so the last round overshot the cap by up to a round (a budget of 48 trials spent 50).
+    Taking each round's candidates from one pool cuts the last round to what is left.
+
+    Attributes
+    ----------
+    left
+        Candidates that may still be handed out.
+    """
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def take(self, wanted: int) -> int:
+        """Hand out up to ``wanted`` candidates; return how many (0 when the pool is empty)."""
+        n = max(0, min(wanted, self.left))
+        self.left -= n
+        return n
 
 
 class Timeline:
@@ -220,25 +244,28 @@ def tracking_classes() -> tuple[Any, Any, Any, Any, Any]:
     return _TimedBuilder, _TimedRunner, _CallbacksStart, _Tracker, _EngineScheduler
 
 
-def capped_strategy(inner: Any, max_trials: int) -> Any:
+def capped_strategy(inner: Any, max_trials: int | None, pool: TrialPool | None = None) -> Any:
     """``inner`` (a MetaSchedule search strategy) with its own cap on candidates.
 
     MetaSchedule hands every task the same ``max_trials_per_task`` in ``pre_tuning``; the
     strategy then cuts its last round to fit. Passing the smaller of the two here gives one task
-    a cap of its own with the same exact cut.
+    a cap of its own with the same exact cut. With a ``pool``, every round's candidates are also
+    taken from it: a round is cut to what the pool has left, and the task ends when it is empty.
 
     Parameters
     ----------
     inner
         A MetaSchedule search strategy (e.g. ``EvolutionarySearch``), not yet initialized.
     max_trials
-        Most candidates this task may get.
+        Most candidates this task may get (``None``: MetaSchedule's cap alone).
+    pool
+        The call's shared :class:`TrialPool`, or ``None``.
 
     Returns
     -------
     PySearchStrategy
         A strategy that forwards every call to ``inner``, with ``pre_tuning``'s
-        ``max_trials`` at most ``max_trials``.
+        ``max_trials`` at most ``max_trials`` and rounds cut to the pool.
     """
     load_tvm()
     from tvm.ir.utils import derived_object
@@ -246,32 +273,39 @@ def capped_strategy(inner: Any, max_trials: int) -> Any:
 
     @derived_object
     class _Capped(PySearchStrategy):
-        def __init__(self, inner: Any, max_trials: int) -> None:
+        def __init__(self, inner: Any, max_trials: int | None, pool: TrialPool | None) -> None:
             super().__init__()
             self.inner = inner
             self.max_trials = max_trials
+            self.pool = pool
 
         def _initialize_with_tune_context(self, context: Any) -> None:
             self.inner._initialize_with_tune_context(context)
 
         def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any,
                        database: Any = None, cost_model: Any = None) -> None:
-            self.inner.pre_tuning(min(max_trials, self.max_trials), num_trials_per_iter, design_spaces,
-                                  database, cost_model)
+            cap = max_trials if self.max_trials is None else min(max_trials, self.max_trials)
+            self.inner.pre_tuning(cap, num_trials_per_iter, design_spaces, database, cost_model)
 
         def post_tuning(self) -> None:
             self.inner.post_tuning()
 
         def generate_measure_candidates(self) -> Any:
-            return self.inner.generate_measure_candidates()
+            candidates = self.inner.generate_measure_candidates()
+            if candidates is None or self.pool is None or len(candidates) == 0:
+                return candidates
+            n = self.pool.take(len(candidates))
+            if n == 0:
+                return None  # the call's budget is spent: MetaSchedule ends the task
+            return candidates if n == len(candidates) else list(candidates)[:n]
 
         def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
             self.inner.notify_runner_results(measure_candidates, results)
 
         def clone(self) -> Any:
-            return _Capped(self.inner.clone(), self.max_trials)
+            return _Capped(self.inner.clone(), self.max_trials, self.pool)
 
-    return _Capped(inner, max_trials)
+    return _Capped(inner, max_trials, pool)
 
 
 def _stop_idle_tasks(task_scheduler: Any, current: int, tallies: list[TaskTally]) -> None:

@@ -47,105 +47,36 @@ Search sizing is in :mod:`tunecache.search.full.sizing`, the task picker and ear
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tunecache.errors import ConfigError, TuningError
+from tunecache.errors import ConfigError, Interrupted, TuningError
+from tunecache.interrupt import stop_requested
 from tunecache.search.full.allocator import (
     MIN_WINDOW_TRIALS,
     STOP_ENDED,
     STOP_EXHAUSTED,
     STOP_GLOBAL_CAP,
+    STOP_INTERRUPTED,
     STOP_TASK_CAP,
     STOP_TIME,
     Allocator,
     EarlyStopping,
     TaskTally,
 )
-from tunecache.search.full.hooks import Timeline, capped_strategy, tracking_classes
+from tunecache.search.full.hooks import Timeline, TrialPool, capped_strategy, tracking_classes
 from tunecache.search.full.results import SearchProgress, TaskResult
 from tunecache.search.full.sizing import SearchSizing, compact_search, fit_to_time_budget, search_sizing
+from tunecache.search.full.task import SCHEDULERS, FullSearchTask, validate
 from tunecache.search.full.trivial import fixed_programs, measure_fixed
 from tunecache.tvm_layer import load_tvm
 from tunecache.tvm_layer.measure import make_builder, make_runner
 from tunecache.tvm_layer.mslog import ms_loggers
 
 __all__ = ["SCHEDULERS", "FullSearchTask", "tune_tasks"]
-
-#: Task schedulers :func:`tune_tasks` can run.
-SCHEDULERS = ("tunecache", "gradient")
-
-
-@dataclass(frozen=True)
-class FullSearchTask:
-    """One tuning task: a TIR module and how much it matters.
-
-    Attributes
-    ----------
-    name
-        Unique task name (used in logs, progress events and results).
-    mod
-        A ``tvm.ir.IRModule`` holding the one ``PrimFunc`` to tune, or the ``PrimFunc`` itself
-        (for a task extracted from a Relax model this is ``ExtractedTask.dispatched[0]``).
-    weight
-        How many times the model calls this task; the gradient scheduler spends more trials on
-        tasks whose weighted latency is larger. Must be positive.
-    max_trials
-        Most candidates this task may get in this search, below the search's own per-task cap
-        (``None``: that cap alone). A resumed task gets what is left of its budget, so it is
-        never tuned past it; a round is cut to fit.
-    """
-
-    name: str
-    mod: Any
-    weight: float = 1.0
-    max_trials: int | None = None
-
-    @classmethod
-    def from_extracted(cls, task: Any) -> FullSearchTask:
-        """Convert a MetaSchedule ``ExtractedTask`` (from ``relax_integration.extract_tasks``)."""
-        return cls(name=str(task.task_name), mod=task.dispatched[0], weight=float(task.weight))
-
-
-def _validate(
-    tasks: Sequence[FullSearchTask],
-    trials_per_task: int,
-    max_trials_global: int | None,
-    time_budget_s: float | None,
-    max_trials_per_task: int | None,
-    scheduler: str,
-    early_stopping: EarlyStopping | None,
-) -> None:
-    if not tasks:
-        raise ConfigError("tune_tasks needs at least one task; got an empty list")
-    names = [t.name for t in tasks]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ConfigError(f"task names must be unique; repeated: {dupes}")
-    bad = [(t.name, t.weight) for t in tasks if not (t.weight > 0 and math.isfinite(t.weight))]
-    if bad:
-        raise ConfigError(f"task weights must be positive and finite; got {bad}")
-    if trials_per_task < 1:
-        raise ConfigError(f"trials_per_task must be >= 1, got {trials_per_task!r}")
-    if max_trials_global is not None and max_trials_global < 1:
-        raise ConfigError(f"max_trials_global must be >= 1 or None, got {max_trials_global!r}")
-    if max_trials_per_task is not None and max_trials_per_task < 1:
-        raise ConfigError(f"max_trials_per_task must be >= 1 or None, got {max_trials_per_task!r}")
-    if time_budget_s is not None and not time_budget_s > 0:
-        raise ConfigError(f"time_budget_s must be positive or None, got {time_budget_s!r}")
-    if scheduler not in SCHEDULERS:
-        raise ConfigError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
-    if scheduler == "gradient" and early_stopping is not None:
-        raise ConfigError(
-            "early stopping needs scheduler='tunecache' (MetaSchedule's GradientBased scheduler "
-            "cannot skip a task in its first round-robin pass); pass early_stopping=None"
-        )
-
-
 
 def tune_tasks(
     tasks: Sequence[FullSearchTask],
@@ -188,8 +119,9 @@ def tune_tasks(
         global budget.
     max_trials_global
         Most candidates measured in all (trivial tasks included); default
-        ``trials_per_task * len(tasks)``. Checked before each round, so the last round may
-        overshoot it by less than one round.
+        ``trials_per_task * len(tasks)``. With ``scheduler="tunecache"`` it is never exceeded:
+        the last round is cut to fit (MetaSchedule's own scheduler checks it before each round,
+        so its last round may overshoot it by less than one round).
     max_trials_per_task
         Most candidates one task may get. Default: ``max_trials_global`` when early stopping is
         on (trials that converged tasks leave go to the others), else ``trials_per_task``.
@@ -199,7 +131,10 @@ def tune_tasks(
         no round starts, and the call ends after the round in flight (a task that has not had a
         round by then gets none: ``stop_reason == "time budget"``, 0 trials). With
         ``"gradient"`` it is checked after each joined round, and not during MetaSchedule's first
-        round-robin pass.
+        round-robin pass. A stop request (:mod:`tunecache.interrupt`: the first Ctrl-C) is
+        checked at the same points: the round in flight is measured and committed, no round
+        starts after it (``stop_reason == "interrupted"``), and the call returns normally; the
+        caller checks :func:`tunecache.interrupt.stop_requested`.
     early_stopping
         When a task counts as converged (:class:`EarlyStopping`); ``None`` turns it off.
         Needs ``scheduler="tunecache"``.
@@ -252,7 +187,7 @@ def tune_tasks(
     """
     timeline = Timeline()
     tasks = list(tasks)
-    _validate(
+    validate(
         tasks,
         trials_per_task,
         max_trials_global,
@@ -281,8 +216,10 @@ def tune_tasks(
     names = [t.name for t in tasks]
     # Not MetaSchedule's get_loggers_from_work_dir: its dictConfig closes every handler of the
     # process and crashes on a handler without a name (tunecache.tvm_layer.mslog).
+    # The engine's global cap is exact: every task's strategy draws its candidates from one pool.
+    pool = TrialPool(budget.n_global) if scheduler == "tunecache" else None
     with ms_loggers(work, names, console=console_log) as loggers:
-        contexts = _tune_contexts(tasks, target, budget.sizing, seed, threads, loggers)
+        contexts = _tune_contexts(tasks, target, budget.sizing, seed, threads, loggers, pool)
         tallies = [TaskTally() for _ in tasks]
         hooks = tracking_classes()
         own_builder = builder is None
@@ -316,12 +253,18 @@ def tune_tasks(
                 time_budget_s=time_budget_s,
                 progress=progress,
                 cost_model=cost_model,
+                pool=pool,
             )
         except ConfigError:
             raise
+        except KeyboardInterrupt as err:  # a second Ctrl-C: what was committed stays
+            raise Interrupted(sum(t.trials for t in tallies)) from err
         except Exception as err:  # TVM raises its own error types; convert at the boundary
+            if stop_requested() or "KeyboardInterrupt" in str(err):
+                raise Interrupted(sum(t.trials for t in tallies)) from err
+            text = str(err).strip() or type(err).__name__
             raise TuningError(
-                f"MetaSchedule tuning failed for tasks {names} on target {target}: {err}. "
+                f"MetaSchedule tuning failed for tasks {names} on target {target}: {text}. "
                 f"The logs under {os.path.join(work, 'logs')} show the last round."
             ) from err
         finally:
@@ -379,9 +322,11 @@ def _tune_contexts(
     seed: int | None,
     threads: int,
     loggers: Sequence[Any],
+    pool: TrialPool | None = None,
 ) -> list[Any]:
     """One MetaSchedule ``TuneContext`` per task: its evolutionary search sized by ``sizing``
-    (capped for a task with its own ``max_trials``), its forked random state and its logger."""
+    (capped for a task with its own ``max_trials``, and drawing its candidates from ``pool``
+    when one is given), its forked random state and its logger."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
@@ -407,7 +352,8 @@ def _tune_contexts(
                 mod=task.mod,
                 target=target,
                 space_generator="post-order-apply",
-                search_strategy=strategy if task.max_trials is None else capped_strategy(strategy, task.max_trials),
+                search_strategy=strategy if task.max_trials is None and pool is None
+                else capped_strategy(strategy, task.max_trials, pool),
                 task_name=task.name,
                 rand_state=rand_state,
                 num_threads=threads,
@@ -436,7 +382,7 @@ def _trivial_pass(
     not the time budget let them be measured.
     """
     fixed: dict[int, list[Any]] = {}
-    if budget.out_of_time():
+    if budget.out_of_time() or stop_requested():
         return fixed
     for i, ctx in enumerate(contexts):
         programs = fixed_programs(ctx)
@@ -467,6 +413,7 @@ def _search_the_rest(
     budget: _Budget,
     *,
     hooks: tuple[Any, Any, Any, Any, Any],
+    pool: TrialPool | None,
     timeline: Timeline,
     database: Any,
     builder: Any,
@@ -486,25 +433,31 @@ def _search_the_rest(
 
     searched = [i for i in range(len(tasks)) if i not in fixed]
     spent = sum(t.trials for t in tallies)
-    if budget.out_of_time():
+    if budget.out_of_time() or stop_requested():
         for tally in tallies:
-            tally.stop = tally.stop or STOP_TIME
+            tally.stop = tally.stop or (STOP_INTERRUPTED if stop_requested() else STOP_TIME)
         searched = []
     if not searched or spent >= budget.n_global:
         return
+    if pool is not None:
+        pool.left = budget.n_global - spent
     timed_builder_cls, timed_runner_cls, callbacks_start_cls, tracker_cls, engine_scheduler_cls = hooks
     n_global = budget.n_global
     task_cap = min(budget.per_task_cap, n_global - spent)
     sub_caps = [min(budget.caps[i], task_cap) for i in searched]
     sub_tallies = [tallies[i] for i in searched]
     weights = [float(tasks[i].weight) for i in searched]
+    def progress_of_all(event: SearchProgress) -> None:  # the tracker counts the searched tasks only
+        assert progress is not None
+        progress(replace(event, total_trials=spent + event.total_trials))
+
     tracker = tracker_cls(
         [tasks[i].name for i in searched],
         sub_tallies,
         timeline,
         n_global,
         time_budget_s,
-        progress,
+        progress_of_all if progress is not None and spent else progress,
         scheduler == "gradient",
     )
     if scheduler == "gradient":
@@ -565,7 +518,9 @@ def _settle_stop_reasons(tallies: list[TaskTally], budget: _Budget) -> None:
     total = sum(t.trials for t in tallies)
     for tally, cap in zip(tallies, budget.caps, strict=True):
         if tally.stop is None:
-            if tally.trials >= cap:
+            if stop_requested():
+                tally.stop = STOP_INTERRUPTED
+            elif tally.trials >= cap:
                 tally.stop = STOP_TASK_CAP
             elif total >= budget.n_global:
                 tally.stop = STOP_GLOBAL_CAP
