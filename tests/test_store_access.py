@@ -159,8 +159,10 @@ def _unprivileged_prefix() -> list[str]:
     if shutil.which("runuser"):
         candidates.append(["runuser", "-u", "nobody", "--"])
     for prefix in candidates:
+        # From a neutral directory: run from the checkout, ``-c`` would import tunecache from the
+        # working directory even where ``nobody`` cannot read this interpreter's site-packages.
         probe = subprocess.run([*prefix, sys.executable, "-c", "import os, tunecache; print(os.geteuid())"],
-                               capture_output=True, text=True, timeout=120)
+                               capture_output=True, text=True, timeout=120, cwd="/")
         if probe.returncode == 0 and probe.stdout.strip() not in ("", "0"):
             return prefix
     pytest.skip("running as root and neither setpriv nor runuser could drop privileges to 'nobody' "
