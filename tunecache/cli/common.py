@@ -50,15 +50,21 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"tunecache: error: {message} (see `{self.prog} --help`)\n")
 
 
-def trials(text: str) -> int:
-    """``type=`` of a trial-budget flag: a whole number >= 1 (argparse names the flag)."""
+def at_least_one(text: str, unit: str = "") -> int:
+    """``type=`` of a count flag: a whole number >= 1 (argparse names the flag in its error)."""
+    what = f" of {unit}s" if unit else ""
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of trials, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number{what}, got {text!r}") from None
     if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 trial, got {n}")
+        raise argparse.ArgumentTypeError(f"must be at least 1{' ' + unit if unit else ''}, got {n}")
     return n
+
+
+def trials(text: str) -> int:
+    """``type=`` of a trial-budget flag: a whole number of trials >= 1."""
+    return at_least_one(text, "trial")
 
 
 def seconds(text: str) -> float:

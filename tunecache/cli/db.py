@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tunecache.cli.common import add_db, add_output_options
+from tunecache.cli.common import add_db, add_output_options, at_least_one
 from tunecache.report import format_latency, format_table, plural
 
 __all__ = ["register"]
@@ -27,22 +27,6 @@ def _fmt_bytes(n: int | None) -> str:
 
 def _table(rows: list[list[str]], header: list[str], wrap: tuple[str, ...] = ()) -> str:
     return format_table(header, [[str(c) for c in r] for r in rows], wrap=wrap)
-
-
-def _positive(text: str) -> int:
-    """``type=`` of a count flag: a whole number >= 1 (argparse names the flag)."""
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
-
-
-# -- db -------------------------------------------------------------------------------------
 
 
 def _cmd_db_stats(a: argparse.Namespace) -> int:
@@ -263,7 +247,7 @@ def register(sub: Any) -> None:
     s.set_defaults(fn=_cmd_db_export)
     s = dbs.add_parser("gc", help="keep only the best K records per workload and hardware")
     add_db(s)
-    s.add_argument("--keep-top", type=_positive, required=True, metavar="K")
+    s.add_argument("--keep-top", type=at_least_one, required=True, metavar="K")
     s.add_argument("--dry-run", action="store_true", help="say how many records would be removed; change nothing")
     s.set_defaults(fn=_cmd_db_gc)
     s = dbs.add_parser("check", help="integrity check: orphans, undecodable records, inconsistent rankings")

@@ -21,6 +21,7 @@ __all__ = [
     "first_primfunc",
     "Block",
     "collect_blocks",
+    "iter_sblocks",
     "const_int",
     "load_class",
     "call_class",
@@ -163,46 +164,49 @@ def const_int(expr: Any, what: str) -> int:
     )
 
 
-def collect_blocks(func: Any) -> list[Block]:
-    """Return the blocks of a PrimFunc that have iterators or store a value, in program order."""
+def iter_sblocks(func: Any) -> Iterator[Any]:
+    """Yield every ``SBlock`` of a PrimFunc's body in program order, each before the blocks inside it."""
     from tvm.s_tir import SBlock, SBlockRealize
-    from tvm.tirx import BufferStore, IterVar
 
-    out: list[Block] = []
-
-    def visit(stmt: Any) -> None:
+    def visit(stmt: Any) -> Iterator[Any]:
         if stmt is None:
             return
         if isinstance(stmt, SBlockRealize):
-            visit(stmt.block)
+            yield from visit(stmt.block)
             return
         if isinstance(stmt, SBlock):
-            if stmt.iter_vars or isinstance(stmt.body, BufferStore):
-                iters = list(stmt.iter_vars)
-                kinds = []
-                for iv in iters:
-                    t = int(iv.iter_type)
-                    kinds.append(
-                        "S" if t == IterVar.DataPar else "R" if t == IterVar.CommReduce else "O"
-                    )
-                extents = [
-                    const_int(iv.dom.extent, f"extent of {iv.var} in block {stmt.name_hint}")
-                    for iv in iters
-                ]
-                store = stmt.body if isinstance(stmt.body, BufferStore) else None
-                out.append(Block(stmt, str(stmt.name_hint), iters, extents, kinds, store))
-            visit(stmt.body)
+            yield stmt
+            yield from visit(stmt.body)
             return
-        for attr in ("seq",):
-            if hasattr(stmt, attr):
-                for s in getattr(stmt, attr):
-                    visit(s)
-                return
+        if hasattr(stmt, "seq"):
+            for s in stmt.seq:
+                yield from visit(s)
+            return
         for attr in ("body", "then_case", "else_case"):
             if hasattr(stmt, attr):
-                visit(getattr(stmt, attr))
+                yield from visit(getattr(stmt, attr))
 
-    visit(func.body)
+    yield from visit(func.body)
+
+
+def collect_blocks(func: Any) -> list[Block]:
+    """Return the blocks of a PrimFunc that have iterators or store a value, in program order."""
+    from tvm.tirx import BufferStore, IterVar
+
+    out: list[Block] = []
+    for stmt in iter_sblocks(func):
+        if stmt.iter_vars or isinstance(stmt.body, BufferStore):
+            iters = list(stmt.iter_vars)
+            kinds = []
+            for iv in iters:
+                t = int(iv.iter_type)
+                kinds.append("S" if t == IterVar.DataPar else "R" if t == IterVar.CommReduce else "O")
+            extents = [
+                const_int(iv.dom.extent, f"extent of {iv.var} in block {stmt.name_hint}")
+                for iv in iters
+            ]
+            store = stmt.body if isinstance(stmt.body, BufferStore) else None
+            out.append(Block(stmt, str(stmt.name_hint), iters, extents, kinds, store))
     return out
 
 

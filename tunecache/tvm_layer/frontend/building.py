@@ -212,33 +212,9 @@ _LAYOUT_REWRITE = "meta_schedule.layout_rewrite_preproc"
 
 def _rewrites_layout(func: Any) -> bool:
     """Whether a scheduled ``PrimFunc`` re-lays a weight out (has a layout-rewrite block)."""
-    from tvm.s_tir import SBlock, SBlockRealize
+    from tunecache.tvm_layer.tir import iter_sblocks
 
-    found = False
-
-    def visit(stmt: Any) -> None:
-        nonlocal found
-        if stmt is None or found:
-            return
-        if isinstance(stmt, SBlockRealize):
-            visit(stmt.block)
-            return
-        if isinstance(stmt, SBlock):
-            if _LAYOUT_REWRITE in (stmt.annotations or {}):
-                found = True
-                return
-            visit(stmt.body)
-            return
-        if hasattr(stmt, "seq"):
-            for s in stmt.seq:
-                visit(s)
-            return
-        for attr in ("body", "then_case", "else_case"):
-            if hasattr(stmt, attr):
-                visit(getattr(stmt, attr))
-
-    visit(func.body)
-    return found
+    return any(_LAYOUT_REWRITE in (block.annotations or {}) for block in iter_sblocks(func))
 
 
 def _prepack_weights(applied: tvm.IRModule, prepared: tvm.IRModule) -> tvm.IRModule:
