@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunecache.config import default_reuse_trials
 from tunecache.errors import Interrupted
 from tunecache.reuse.planner import ModelPlan
 from tunecache.store.keys import HardwareKey, WorkloadKey
@@ -150,13 +151,6 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
     except Interrupted as stop:
         raise Interrupted(stop.trials, stored_records(store, hw, [t.key for t in misses])) from stop
     return SearchResult(mp, outcomes, time.time() - start, max_trials)
-
-
-def default_reuse_trials(trials_per_task: int) -> int:
-    """Budget of a narrowed search when none is given: a quarter of a full search's, at least 4."""
-    from tunecache.config import default_reuse_trials as default
-
-    return default(trials_per_task)
 
 
 def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
