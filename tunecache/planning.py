@@ -2,23 +2,30 @@
 
 :func:`collect_tasks` imports models and merges their tasks by workload key;
 :func:`make_plan` plans the store misses among them against the workloads the store already
-holds (zero-cost sources), ETO-style (:func:`tunecache.reuse.planner.plan_tasks`);
+holds (zero-cost sources), ETO-style (:func:`tunecache.reuse.planner.plan_tasks`), choosing those
+sources through the store's reuse index (:func:`reuse_sources`, :func:`index_workloads`);
 :func:`scratch_plan` is the plan that searches every task in full (``tune="always"``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
+from itertools import islice
 from typing import Any
 
 from tunecache.reuse.costs import CostModel, calibrate
 from tunecache.reuse.graph import ROOT
+from tunecache.reuse.index import UNREADABLE_GROUP, entry_of, group_of, log_work, task_of
 from tunecache.reuse.planner import ModelPlan, PlanTask, plan_tasks
 from tunecache.reuse.planning import Plan, PlanStep
 from tunecache.store.keys import HardwareKey, WorkloadKey
+from tunecache.store.values import ReuseEntry
 
-__all__ = ["collect_tasks", "make_plan", "scratch_plan"]
+__all__ = ["collect_tasks", "index_store", "index_workloads", "make_plan", "reuse_sources", "scratch_plan"]
+
+log = logging.getLogger("tunecache")
 
 
 def collect_tasks(specs: Sequence[str], target: Any) -> list[Any]:
@@ -50,9 +57,185 @@ def collect_tasks(specs: Sequence[str], target: Any) -> list[Any]:
     return list(merged.values())
 
 
+#: Reuse sources asked of the store per miss, on each side of its size (nearest first): the
+#: planner's fan-in, which keeps planning independent of the store's size.
+SOURCES_PER_MISS = 8
+
+#: Stored workloads a plan on a read-only store describes when the reuse index lacks them
+#: (each costs a decode and a sketch analysis, ~25 ms, and cannot be kept; a writable store
+#: indexes them all, once per workload and target).
+INDEX_PER_PLAN = 2000
+
+#: Newest records read to calibrate the cost model's seconds per trial.
+CALIBRATION_RECORDS = 2000
+
+
+def index_workloads(store: Any, hw: HardwareKey, target: Any, *, limit: int | None = None) -> list[ReuseEntry]:
+    """Make the reuse-index entries of the stored workloads of ``hw`` that lack one.
+
+    A workload gets its entry when a plan describes it (see :func:`make_plan`); this catches
+    the rest: stores written before the index existed, imported MetaSchedule databases, bridges.
+    Each is decoded and analysed once; the entries are committed when the store is writable.
+
+    Parameters
+    ----------
+    store
+        The store.
+    hw, target
+        The hardware key whose workloads are indexed, and its ``tvm.target.Target``.
+    limit
+        Most workloads indexed in this call (``None``: all).
+
+    Returns
+    -------
+    list of ReuseEntry
+        The entries of the unindexed workloads (also when the store could not keep them).
+    """
+    from tunecache.tvm_layer.bridges import describe_tasks
+    from tunecache.tvm_layer.convert import workload_from_json
+
+    out: list[ReuseEntry] = []
+    batch = 200
+    while limit is None or len(out) < limit:
+        want = batch if limit is None else min(batch, limit - len(out))
+        todo = store.unindexed_workloads(hw, limit=want)
+        made, fresh = _index_batch(store, hw, target, todo, workload_from_json, describe_tasks)
+        out += made
+        if store.read_only or len(todo) < want or not fresh:
+            break  # a read-only store would hand the same workloads back
+        if len(out) >= 1000 and len(out) % 1000 < batch:
+            log.info("tunecache: indexed %d stored workloads for reuse so far", len(out))
+    if out:
+        log.info("tunecache: indexed %d stored workloads for reuse (once per workload)", len(out))
+        if store.read_only:
+            log.warning("tunecache: %d stored workloads have no reuse-index entry and the store is "
+                        "read-only; its owner can add them with `tunecache db upgrade`", len(out))
+    return out
+
+
+def _index_batch(store: Any, hw: HardwareKey, target: Any, todo: Sequence[Any], decode: Any,
+                 describe: Any) -> tuple[list[ReuseEntry], int]:
+    """Describe one batch of unindexed workloads; commit their entries when the store is writable.
+
+    Returns the batch's entries and how many of them were made here (not found in the index).
+    """
+    if not todo:
+        return [], 0
+    known = {e.workload: e for e in store.reuse_entries(hw.target_id, [w.key for w in todo])}
+    fresh: list[ReuseEntry] = []
+    for sw in todo:
+        if sw.key in known:
+            continue
+        try:
+            mod = decode(sw.key, sw.mod_json).mod
+            (task,) = describe([(sw.key, sw.desc.name or sw.key.shash[:8], 0.0, mod)], target)
+            fresh.append(entry_of(task, hw.target_id))
+        except Exception as err:  # noqa: BLE001 - an unreadable stored workload is never a source
+            log.debug("tunecache: stored workload %s is not a reuse source: %s", sw.key, err)
+            fresh.append(ReuseEntry(sw.key, hw.target_id, sw.desc.name, sw.desc.family, UNREADABLE_GROUP,
+                                    0.0, "{}", "", False))
+    if fresh and not store.read_only:
+        store.commit_reuse_entries(fresh)
+    return list(known.values()) + fresh, len(fresh)
+
+
+def index_store(store: Any, *, hardware: Collection[str] | None = None,
+                on_progress: Callable[[str, int], None] | None = None) -> dict[str, int]:
+    """Fill the reuse index of every hardware key of ``store`` whose target this TVM can build.
+
+    ``tunecache db upgrade`` runs it after the schema upgrade (a store written before the index
+    existed gets it in full); later plans index only what is new.
+
+    Parameters
+    ----------
+    store
+        A writable store.
+    hardware
+        Only these hardware ids (``None``: every hardware key with records).
+    on_progress
+        Called with a hardware key's description and the entries made for it, per batch.
+
+    Returns
+    -------
+    dict
+        Hardware id -> entries made (``-1`` where its target cannot be built here).
+    """
+    import json
+
+    from tunecache.tvm_layer.target import resolve_target
+
+    out: dict[str, int] = {}
+    for hw in store.hardware_keys():
+        if hardware is not None and hw.id not in hardware:
+            continue
+        try:
+            target = resolve_target(json.loads(hw.target))
+        except Exception as err:  # noqa: BLE001 - another machine's target: its owner indexes it
+            log.warning("tunecache: not indexing %s: its target cannot be built here (%s)", hw.describe(), err)
+            out[hw.id] = -1
+            continue
+        made = 0
+        while True:
+            batch = index_workloads(store, hw, target, limit=200)
+            made += len(batch)
+            if on_progress is not None and batch:
+                on_progress(hw.describe(), made)
+            if len(batch) < 200:
+                break
+        out[hw.id] = made
+    return out
+
+
+def reuse_sources(store: Any, hw: HardwareKey, misses: Sequence[PlanTask], *, exclude: Collection[WorkloadKey] = (),
+                  extra: Sequence[ReuseEntry] = (), per_miss: int = SOURCES_PER_MISS) -> list[PlanTask]:
+    """Return the stored workloads the planner considers as sources of ``misses``.
+
+    For each miss, the store's ``per_miss`` nearest entries of its reuse group on each side of
+    its size (:meth:`~tunecache.store.BaseStore.reuse_candidates`), plus the same choice among
+    ``extra`` entries (those :func:`index_workloads` made that the store could not keep).
+
+    Parameters
+    ----------
+    store, hw
+        The store and the hardware key the sources' programs must be measured on.
+    misses
+        The described misses.
+    exclude
+        Workloads that are never sources (the tasks being planned, the hits).
+    extra
+        Entries to choose from besides the store's.
+    per_miss
+        Fan-in per miss and side.
+
+    Returns
+    -------
+    list of PlanTask
+        Distinct workloads, weight 0.
+    """
+    skip = set(exclude)
+    chosen: dict[WorkloadKey, PlanTask] = {}
+    for t in misses:
+        group, size = group_of(t.nest, t.sketch), log_work(t.nest)
+        found = list(store.reuse_candidates(hw, group, size, limit=per_miss, exclude=skip))
+        near = sorted((e for e in extra if e.group == group and e.workload not in skip),
+                      key=lambda e: (abs(e.log_work - size), str(e.workload)))
+        found += [e for e in near if e.log_work >= size][:per_miss] + [e for e in near if e.log_work < size][:per_miss]
+        for e in found:
+            task = task_of(e)
+            if task is not None:
+                chosen.setdefault(e.workload, task)
+    return sorted(chosen.values(), key=lambda t: str(t.key))
+
+
 def make_plan(misses: Sequence[Any], target: Any, hw: HardwareKey, store: Any, *, bridges: bool,
-              full_trials: float, hits: Sequence[Any] = (), check_bridges: bool = True) -> ModelPlan:
+              full_trials: float, hits: Sequence[Any] = (), check_bridges: bool = True,
+              per_miss: int = SOURCES_PER_MISS) -> ModelPlan:
     """Plan the store misses ``misses``; the stored workloads of ``hw`` are zero-cost sources.
+
+    Sources come from the store's reuse index, ``per_miss`` nearest per miss and side of its
+    size (:func:`reuse_sources`): planning reads and decodes no stored workload it does not
+    consider, however large the store. The misses' own entries are committed to the index so
+    that, once tuned, they are found as sources.
 
     Parameters
     ----------
@@ -69,30 +252,29 @@ def make_plan(misses: Sequence[Any], target: Any, hw: HardwareKey, store: Any, *
     hits
         The tasks the store serves: named in the plan, not planned, and not reuse sources (as
         tasks of the model they are reported as hits).
+    per_miss
+        Reuse sources considered per miss and side.
 
     Returns
     -------
     ModelPlan
     """
     from tunecache.tvm_layer.bridges import bridge_checker, describe_tasks
-    from tunecache.tvm_layer.convert import workload_from_json
 
-    recs = store.records(hardware=hw, valid_only=True)
+    described = describe_tasks([(t.key, t.name, t.weight, t.mod) for t in misses], target)
+    if not store.read_only:
+        store.commit_reuse_entries(entry_of(t, hw.target_id) for t in described)
+    # Entries a read-only store cannot keep are chosen from in memory; a writable one has them.
+    extra = index_workloads(store, hw, target, limit=INDEX_PER_PLAN if store.read_only else None)
+    if not store.read_only:
+        extra = []
     planned = {t.key for t in misses} | {t.key for t in hits}
-    stored_items = []
-    for key in sorted({r.workload for r in recs} - planned, key=str):
-        sw = store.get_workload(key)
-        if sw is None or not sw.mod_json:
-            continue
-        try:
-            mod = workload_from_json(WorkloadKey(key.shash, key.mod_eq), sw.mod_json).mod
-        except Exception:  # noqa: BLE001 - an undecodable stored workload is simply not a source
-            continue
-        stored_items.append((key, sw.desc.name or key.shash[:8], 0.0, mod))
-    cm = calibrate(replace(CostModel(), full_trials=full_trials, target_kind=str(target.kind.name)), recs)
+    stored = reuse_sources(store, hw, described, exclude=planned, extra=extra, per_miss=per_miss)
+    recent = islice(store.iter_records(hardware=hw, valid_only=True, newest_first=True), CALIBRATION_RECORDS)
+    cm = calibrate(replace(CostModel(), full_trials=full_trials, target_kind=str(target.kind.name)), list(recent))
     return plan_tasks(
-        describe_tasks([(t.key, t.name, t.weight, t.mod) for t in misses], target),
-        stored=describe_tasks(stored_items, target),
+        described,
+        stored=stored,
         cost_model=cm,
         bridges=bridges,
         hits=[t.name for t in hits],

@@ -4,10 +4,13 @@ push, upgrade)."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
+import textwrap
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tunecache.cli.common import add_db, add_output_options, at_least_one
 from tunecache.report import format_latency, format_table, plural
@@ -23,6 +26,17 @@ def _fmt_bytes(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
+
+
+def _non_negative(text: str) -> int:
+    """``type=`` of ``--limit``: a whole number >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {n}")
+    return n
 
 
 def _table(rows: list[list[str]], header: list[str], wrap: tuple[str, ...] = ()) -> str:
@@ -53,34 +67,132 @@ def _cmd_db_stats(a: argparse.Namespace) -> int:
     return 0
 
 
+#: Rows ``db ls`` prints as a table when no ``--limit`` is given (``--json``: every row).
+LS_DEFAULT_LIMIT = 50
+#: Rows per printed table chunk: each chunk is formatted and printed as soon as it is read.
+_LS_CHUNK = 1000
+_LS_HEADER = ["uid", "workload", "family", "hardware", "latency", "how", "trial #"]
+
+
+class _LsRow(NamedTuple):
+    """What ``db ls`` shows of a record (no trace: a row is small, whatever the record's size)."""
+
+    uid: str
+    workload: Any
+    hardware: str
+    latency_s: float | None
+    kind: str
+    source: str | None
+    trials: int
+    stale: bool
+
+
+def _ls_row(r: Any) -> _LsRow:
+    p = r.provenance
+    return _LsRow(r.uid, r.workload, r.hardware.id, r.latency_s, p.kind, p.source_workload, p.trials, r.stale)
+
+
+def _best_rows(rows: Iterable[_LsRow]) -> list[_LsRow]:
+    """The fastest row per workload and hardware, in the order their groups first appear."""
+    best: dict[tuple[Any, str], tuple[float, _LsRow]] = {}
+    for r in rows:
+        k = (r.workload, r.hardware)
+        if r.latency_s is not None and (k not in best or r.latency_s < best[k][0]):
+            best[k] = (r.latency_s, r)
+    return [r for _, r in best.values()]
+
+
+class _Names:
+    """Workload descriptions looked up once per distinct workload, as rows need them."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._descs: dict[Any, tuple[str, str]] = {}
+
+    def __call__(self, key: Any) -> tuple[str, str]:
+        got = self._descs.get(key)
+        if got is None:
+            sw = self._store.get_workload(key)
+            got = self._descs[key] = (sw.desc.name, sw.desc.family) if sw is not None else ("?", "?")
+        return got
+
+
+def _print_json_array(items: Iterable[dict[str, Any]]) -> None:
+    """Print ``items`` as ``json.dumps(list(items), indent=2)`` does, one item at a time."""
+    out = sys.stdout
+    n = 0
+    for item in items:
+        out.write(("[\n" if n == 0 else ",\n") + textwrap.indent(json.dumps(item, indent=2), "  "))
+        n += 1
+    out.write("[]\n" if n == 0 else "\n]\n")
+
+
+def _print_table_stream(rows: Iterable[list[str]]) -> int:
+    """Print ``rows`` under the ``db ls`` header a chunk at a time; return how many were printed.
+
+    The first chunk is laid out by :func:`format_table` (the whole table when it fits in one
+    chunk); later chunks keep the first chunk's column widths. A longer cell there is printed
+    whole and shifts the rest of its row (a name is never cut where it cannot be seen whole).
+    """
+    n = 0
+    widths: list[int] = []
+    for chunk in _chunks(rows, _LS_CHUNK):
+        if not widths:
+            text = _table(chunk, _LS_HEADER)
+            widths = [len(rule) for rule in text.splitlines()[1].split("  ")]
+            print(text)
+        else:
+            print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in chunk))
+        n += len(chunk)
+    if not widths:
+        print(_table([], _LS_HEADER))
+    return n
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
 def _cmd_db_ls(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
 
     store = open_store(a.db, read_only=True)
-    names = {w.key: w.desc for w in store.workloads(family=a.family)}
-    recs = [r for r in store.records(hardware=a.hardware, family=a.family, valid_only=not a.all) if r.workload in names]
+    limit = a.limit if a.limit is not None else (0 if a.json else LS_DEFAULT_LIMIT)
+    # Records stream from the store a page at a time; only a row's few fields are kept, and
+    # only until it is printed (--best keeps one row per workload and hardware).
+    page = min(1000, limit + 1) if limit and not a.best else 1000
+    recs = store.iter_records(hardware=a.hardware, family=a.family, valid_only=not a.all, batch=page)
+    rows: Iterable[_LsRow] = (_ls_row(r) for r in recs)
+    total: int | None = None
     if a.best:
-        best: dict[Any, Any] = {}
-        for r in recs:
-            k = (r.workload, r.hardware.id)
-            if r.latency_s is not None and (k not in best or r.latency_s < best[k].latency_s):
-                best[k] = r
-        recs = list(best.values())
-    recs = recs[: a.limit] if a.limit else recs
+        best = _best_rows(rows)
+        total = len(best)
+        rows = best
+    more = False
+    if limit:  # one row past the limit says whether there are more, without reading them
+        head = list(itertools.islice(rows, limit + 1))
+        more = len(head) > limit
+        rows = head[:limit]
+    names = _Names(store)
     if a.json:
-        print(json.dumps([{
-            "uid": r.uid, "workload": str(r.workload), "name": names[r.workload].name,
-            "family": names[r.workload].family,
-            "hardware": r.hardware.id, "latency_s": r.latency_s, "kind": r.provenance.kind,
-            "source": r.provenance.source_workload, "trials": r.provenance.trials, "stale": r.stale,
-        } for r in recs], indent=2))
+        _print_json_array({
+            "uid": r.uid, "workload": str(r.workload), "name": names(r.workload)[0], "family": names(r.workload)[1],
+            "hardware": r.hardware, "latency_s": r.latency_s, "kind": r.kind,
+            "source": r.source, "trials": r.trials, "stale": r.stale,
+        } for r in rows)
         return 0
     # "trial #": which measurement of its search the record was (not how many trials were spent).
-    rows = [[r.uid[:8], names[r.workload].name, names[r.workload].family, r.hardware.id,
-             format_latency(r.latency_s) if r.latency_s is not None else "failed",
-             r.provenance.kind + (" (stale)" if r.stale else ""), str(r.provenance.trials)] for r in recs]
-    print(_table(rows, ["uid", "workload", "family", "hardware", "latency", "how", "trial #"]))
-    print(plural(len(rows), "record"))
+    n = _print_table_stream([r.uid[:8], *names(r.workload), r.hardware,
+                             format_latency(r.latency_s) if r.latency_s is not None else "failed",
+                             r.kind + (" (stale)" if r.stale else ""), str(r.trials)] for r in rows)
+    if not more:
+        print(plural(n, "record"))
+    elif total is not None:
+        print(f"{n} of {plural(total, 'record')} shown (--limit N for more, --limit 0 for all)")
+    else:
+        print(f"first {plural(n, 'record')} shown; there are more (--limit N for more, --limit 0 for all)")
     return 0
 
 
@@ -88,10 +200,16 @@ def _cmd_db_import(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
     from tunecache.tvm_layer.jsondb import import_jsondb
 
-    report = import_jsondb(open_store(a.db), a.directory, check_replay=not a.no_replay_check)
+    store = open_store(a.db)
+    report = import_jsondb(store, a.directory, check_replay=not a.no_replay_check)
     for e in report.errors:
         print(f"skipped: {e}", file=sys.stderr)
     print(report.summary())
+    if report.new_records:  # index what the import added (workloads already indexed are skipped)
+        from tunecache.planning import index_store
+
+        made = index_store(store, hardware=report.hardware)
+        print(f"reuse index: {sum(n for n in made.values() if n > 0)} workloads indexed")
     return 0 if not report.errors else 3
 
 
@@ -116,19 +234,6 @@ def _cmd_db_export(a: argparse.Namespace) -> int:
     n = export_jsondb(open_store(a.db, read_only=True), a.directory, hardware=a.hardware, valid_only=not a.all)
     print(f"exported {plural(n, 'record')} to {a.directory}")
     return 0
-
-
-def _removable(store: Any, keep_top: int) -> int:
-    """How many records ``gc(keep_top)`` removes: all but the best ``keep_top`` valid, fresh
-    records per workload and hardware (failed and stale records included)."""
-    kept: dict[tuple[Any, str], int] = {}
-    total = 0
-    for r in store.records(valid_only=False):
-        total += 1
-        if r.latency_s is not None and not r.stale:
-            k = (r.workload, r.hardware.id)
-            kept[k] = min(keep_top, kept.get(k, 0) + 1)
-    return total - sum(kept.values())
 
 
 def _sqlite_file(store: Any) -> Path | None:
@@ -157,7 +262,7 @@ def _cmd_db_gc(a: argparse.Namespace) -> int:
     what = f"the best {a.keep_top} per workload and hardware"
     if a.dry_run:
         store = open_store(a.db, read_only=True)
-        print(f"would remove {plural(_removable(store, a.keep_top), 'record')} (keeping {what}); nothing changed")
+        print(f"would remove {plural(store.gc(a.keep_top, dry_run=True), 'record')} (keeping {what}); nothing changed")
         return 0
     store = open_store(a.db, create=False)
     path = _sqlite_file(store)
@@ -213,6 +318,16 @@ def _cmd_db_upgrade(a: argparse.Namespace) -> int:
 
     old, new = upgrade(a.db)
     print(f"schema v{old} -> v{new}" if old != new else f"schema already at v{new}")
+    from tunecache.planning import index_store
+    from tunecache.store import open_store
+
+    with open_store(a.db, create=False) as store:
+        made = index_store(store, on_progress=lambda hw, n: print(f"  reuse index: {n} workloads of {hw}"))
+    for hid, n in made.items():
+        if n < 0:
+            print(f"reuse index: hardware {hid} skipped (its target cannot be built with this TVM; "
+                  "run `tunecache db upgrade` where it can)")
+    print(f"reuse index: {sum(n for n in made.values() if n > 0)} workloads indexed")
     return 0
 
 
@@ -225,14 +340,18 @@ def register(sub: Any) -> None:
     s.add_argument("--json", action="store_true")
     s.add_argument("--read-only", action="store_true", help="open without write access")
     s.set_defaults(fn=_cmd_db_stats)
-    s = dbs.add_parser("ls", help="list records")
+    s = dbs.add_parser("ls", help=f"list records (the first {LS_DEFAULT_LIMIT} unless --limit)")
     add_db(s)
     s.add_argument("--hardware", help="hardware key id")
     s.add_argument("--family", help="operator family (conv2d, matmul, ...)")
     s.add_argument("--best", action="store_true", help="only the best record per workload and hardware")
     s.add_argument("--all", action="store_true", help="include failed measurements")
-    s.add_argument("--limit", type=int, default=0)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--limit", type=_non_negative, default=None, metavar="N",
+                   help=f"print the first N records in commit order (default {LS_DEFAULT_LIMIT}; with --json "
+                        "every record; 0: every record). Records are read a page at a time and printed "
+                        "as they are read, so --limit 0 on a large store starts at once and holds one "
+                        "page; --best reads every record before it prints")
+    s.add_argument("--json", action="store_true", help="a JSON array (every record unless --limit)")
     s.set_defaults(fn=_cmd_db_ls)
     s = dbs.add_parser("import", help="import a MetaSchedule JSONDatabase directory")
     add_db(s)

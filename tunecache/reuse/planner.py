@@ -143,7 +143,9 @@ def plan_tasks(
     tasks
         Tasks to tune (store misses), distinct keys.
     stored
-        Workloads tuned on this hardware already: zero-cost reuse sources.
+        Workloads tuned on this hardware already: zero-cost reuse sources (a few per task,
+        :func:`tunecache.planning.reuse_sources`; only task-task and task-source pairs are
+        compared).
     cost_model
         Cost estimates.
     bridges
@@ -175,6 +177,8 @@ def plan_tasks(
             continue
         for i, (na, a) in enumerate(members):
             for nb, b in members[i + 1:]:
+                if na not in by_node and nb not in by_node:
+                    continue  # two stored workloads: no edge to plan between them
                 verdict = can_reuse(a.nest, b.nest, a.sketch, b.sketch)
                 if verdict.ok:
                     for (ns, s), (nt, t) in (((na, a), (nb, b)), ((nb, b), (na, a))):

@@ -445,7 +445,8 @@ def execute_plan(
         if transfer and ctx.cost_model is None:
             from tunecache.search.transfer import pretrained_cost_model
 
-            ctx = replace(ctx, cost_model=pretrained_cost_model(store, hardware, ctx.target)[0])
+            fams = {t.nest.family for t in mp.tasks.values()}
+            ctx = replace(ctx, cost_model=pretrained_cost_model(store, hardware, ctx.target, families=fams)[0])
 
     def finish(o: TaskOutcome) -> None:
         nonlocal spent

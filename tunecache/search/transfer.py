@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from tunecache.store.keys import HardwareKey, WorkloadKey
@@ -29,6 +30,9 @@ from tunecache.store.keys import HardwareKey, WorkloadKey
 __all__ = ["TransferInfo", "pretrained_cost_model"]
 
 log = logging.getLogger("tunecache")
+
+#: Newest valid records read per family to pre-train on.
+MAX_RECORDS = 4096
 
 
 @dataclass(frozen=True)
@@ -65,9 +69,10 @@ def pretrained_cost_model(
     target: Any,
     *,
     exclude: Collection[WorkloadKey] = (),
-    family: str | None = None,
+    families: Collection[str] | None = None,
     per_workload: int = 32,
     max_workloads: int = 64,
+    max_records: int = MAX_RECORDS,
     num_tuning_cores: int | None = None,
 ) -> tuple[Any, TransferInfo]:
     """Return an ``XGBModel`` trained on the store's records of ``hardware``, and what it saw.
@@ -80,12 +85,16 @@ def pretrained_cost_model(
         The ``tvm.target.Target`` the features are extracted for.
     exclude
         Workloads to leave out (e.g. the tasks about to be searched, when measuring transfer).
-    family
-        Only workloads of this operator family (``None``: all).
+    families
+        Only workloads of these operator families (``None``: any), e.g. those of the tasks about
+        to be searched.
     per_workload
         Records per workload, spread over its latency ranking.
     max_workloads
-        Most workloads used (those with the most valid records first).
+        Most workloads used (those with the most valid records among those read first).
+    max_records
+        Most records read from the store per family (the newest): the cost of pre-training does
+        not grow with the store.
     num_tuning_cores
         XGBoost threads (MetaSchedule's default when ``None``).
 
@@ -104,9 +113,11 @@ def pretrained_cost_model(
     model = ms.cost_model.XGBModel(num_tuning_cores=num_tuning_cores, adaptive_training=True)
     skip = {k.shash for k in exclude}
     by_workload: dict[str, list[Any]] = {}
-    for rec in store.records(hardware=hardware, family=family, valid_only=True):
-        if rec.workload.shash not in skip and not rec.stale and rec.latency_s:
-            by_workload.setdefault(rec.workload.shash, []).append(rec)
+    for fam in sorted(families) if families is not None else [None]:
+        newest = store.iter_records(hardware=hardware, family=fam, valid_only=True, newest_first=True)
+        for rec in islice(newest, max_records):
+            if rec.workload.shash not in skip and not rec.stale and rec.latency_s:
+                by_workload.setdefault(rec.workload.shash, []).append(rec)
     chosen = sorted(by_workload.values(), key=len, reverse=True)[:max_workloads]
     n_records = n_skipped = n_workloads = 0
     for recs in chosen:

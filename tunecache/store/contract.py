@@ -11,12 +11,12 @@ This module imports neither SQLAlchemy nor TVM.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from types import TracebackType
 
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, explain_miss
 from tunecache.store.records import Record
-from tunecache.store.values import StoredWorkload, StoreStats
+from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
 
 __all__ = ["BaseStore", "explain_miss_from_keys"]
 
@@ -476,6 +476,137 @@ class BaseStore(abc.ABC):
         list of Record
         """
 
+    def iter_records(
+        self,
+        *,
+        hardware: HardwareKey | str | None = None,
+        workload: WorkloadKey | None = None,
+        family: str | None = None,
+        valid_only: bool = False,
+        newest_first: bool = False,
+        batch: int = 1000,
+    ) -> Iterator[Record]:
+        """Yield records like :meth:`records`, a page at a time, without holding them all.
+
+        The base implementation reads :meth:`records` in one go; the SQL store pages through
+        the table ``batch`` rows per transaction (records committed meanwhile may or may not
+        be seen; none is yielded twice).
+
+        Parameters
+        ----------
+        hardware, workload, family, valid_only
+            As :meth:`records`.
+        newest_first
+            Yield in reverse commit order (e.g. a bounded sample of recent records).
+        batch
+            Rows read per transaction.
+
+        Yields
+        ------
+        Record
+        """
+        recs = self.records(hardware=hardware, workload=workload, family=family, valid_only=valid_only)
+        yield from (reversed(recs) if newest_first else recs)
+
+    # -- the reuse index ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def commit_reuse_entries(self, entries: Iterable[ReuseEntry]) -> int:
+        """Add reuse-index entries; one already stored for its (workload, target) is kept.
+
+        The entry's workload is created if missing (with its name and family).
+
+        Parameters
+        ----------
+        entries
+            The entries.
+
+        Returns
+        -------
+        int
+            How many were new.
+
+        Raises
+        ------
+        ReadOnlyStoreError
+            If the store refuses writes.
+        """
+
+    @abc.abstractmethod
+    def reuse_entries(self, target_id: str, workloads: Iterable[WorkloadKey]) -> list[ReuseEntry]:
+        """Return the stored entries of ``workloads`` for the target ``target_id`` (missing: left out).
+
+        Parameters
+        ----------
+        target_id
+            :attr:`HardwareKey.target_id` of the target.
+        workloads
+            The workloads.
+
+        Returns
+        -------
+        list of ReuseEntry
+        """
+
+    @abc.abstractmethod
+    def reuse_candidates(
+        self,
+        hardware: HardwareKey,
+        group: str,
+        log_work: float,
+        *,
+        limit: int,
+        exclude: Collection[WorkloadKey] = (),
+        with_program: bool = True,
+    ) -> list[ReuseEntry]:
+        """Return reuse sources for a task: entries of ``group`` nearest its size, with programs.
+
+        Only workloads with a valid, fresh record under ``hardware`` exactly (a source must have a
+        program to give) and an entry for its target qualify (``with_program=False``: any entry
+        for the target). The store reads at most ``limit``
+        entries at least as large as ``log_work`` and ``limit`` smaller ones, nearest first, so
+        the cost does not grow with the store (an index on (target, group, size)).
+
+        Parameters
+        ----------
+        hardware
+            The hardware key the sources' records must be measured on.
+        group
+            The task's reuse group (:attr:`ReuseEntry.group`).
+        log_work
+            log2 of the task's loop-nest size.
+        limit
+            Most entries on each side of ``log_work``.
+        exclude
+            Workloads never returned (the tasks being planned).
+        with_program
+            Require a program under ``hardware`` in this store.
+
+        Returns
+        -------
+        list of ReuseEntry
+            Nearest first (by ``abs(log_work - entry.log_work)``), ties by workload key.
+        """
+
+    @abc.abstractmethod
+    def unindexed_workloads(self, hardware: HardwareKey, *, limit: int | None = None) -> list[StoredWorkload]:
+        """Return workloads with valid records under ``hardware`` but no entry for its target.
+
+        These are what the reuse index still lacks (written by an older tunecache, imported,
+        or committed without planning); only those with a stored module are returned.
+
+        Parameters
+        ----------
+        hardware
+            The hardware key.
+        limit
+            At most this many (in commit order).
+
+        Returns
+        -------
+        list of StoredWorkload
+        """
+
     @abc.abstractmethod
     def hardware_keys(self, workload: WorkloadKey | None = None) -> list[HardwareKey]:
         """Return the hardware keys that have records.
@@ -534,20 +665,25 @@ class BaseStore(abc.ABC):
     # -- maintenance --------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def gc(self, keep_top: int) -> int:
+    def gc(self, keep_top: int, *, dry_run: bool = False) -> int:
         """Keep the ``keep_top`` best valid fresh records per (workload, hardware); drop the rest.
 
         Failed measurements and stale records are dropped too. Kept records are unchanged.
+        Workloads and their reuse-index entries are kept (a workload's entry serves reuse as long
+        as one record is left). The cost model pre-trains on workloads with two or more records:
+        ``keep_top=1`` leaves it nothing to learn from.
 
         Parameters
         ----------
         keep_top
             Records kept per (workload, hardware key); at least 1.
+        dry_run
+            Count what would be removed; change nothing (a read, allowed on a read-only store).
 
         Returns
         -------
         int
-            How many records were removed.
+            How many records were (or would be) removed.
 
         Raises
         ------

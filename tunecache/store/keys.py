@@ -173,6 +173,15 @@ class HardwareKey:
         """Return a short stable digest of every component (the store's lookup column)."""
         return _digest(canonical_json(self.to_dict()))
 
+    @property
+    def target_id(self) -> str:
+        """Return a short digest of the canonical target alone.
+
+        What depends on the target but not on the host or the TVM build (a workload's sketch
+        set, hence its reuse-index entry) is stored under this id.
+        """
+        return _digest(self.target)
+
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
         return {

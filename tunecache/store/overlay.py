@@ -8,12 +8,12 @@ record uids make pushing twice harmless.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 
 from tunecache.store.contract import BaseStore, explain_miss_from_keys
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey
 from tunecache.store.records import Record
-from tunecache.store.values import StoredWorkload, StoreStats
+from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
 
 __all__ = ["OverlayStore", "push"]
 
@@ -31,7 +31,9 @@ class OverlayStore(BaseStore):
     - :meth:`count_records` adds both stores' counts (a record pushed to ``base`` and still in
       the overlay counts twice); :meth:`stats`, :attr:`schema_version` and :attr:`backend` are
       the overlay's;
-    - :meth:`records` lists the overlay's records first, then ``base``'s that the overlay lacks.
+    - :meth:`records` lists the overlay's records first, then ``base``'s that the overlay lacks;
+    - reuse-index entries written here go to the overlay, also those of the team store's
+      workloads (when the team store lacks them); :meth:`reuse_candidates` finds them there.
 
     Parameters
     ----------
@@ -134,9 +136,9 @@ class OverlayStore(BaseStore):
         """Mark a task done in the overlay."""
         self.overlay.mark_done(workload, hardware, holder)
 
-    def gc(self, keep_top: int) -> int:
+    def gc(self, keep_top: int, *, dry_run: bool = False) -> int:
         """Prune the overlay (``base`` is left alone); return how many records were removed."""
-        return self.overlay.gc(keep_top)
+        return self.overlay.gc(keep_top, dry_run=dry_run)
 
     # -- reads: both --------------------------------------------------------------------------
 
@@ -195,6 +197,70 @@ class OverlayStore(BaseStore):
         )
         uids = {r.uid for r in mine}
         out = mine + [r for r in theirs if r.uid not in uids]
+        return out if limit is None else out[:limit]
+
+    def iter_records(
+        self,
+        *,
+        hardware: HardwareKey | str | None = None,
+        workload: WorkloadKey | None = None,
+        family: str | None = None,
+        valid_only: bool = False,
+        newest_first: bool = False,
+        batch: int = 1000,
+    ) -> Iterator[Record]:
+        """Yield the overlay's records, then ``base``'s (a record in both is yielded twice)."""
+        for st in (self.overlay, self.base):
+            yield from st.iter_records(hardware=hardware, workload=workload, family=family,
+                                       valid_only=valid_only, newest_first=newest_first, batch=batch)
+
+    def commit_reuse_entries(self, entries: Iterable[ReuseEntry]) -> int:
+        """Add entries to the overlay."""
+        return self.overlay.commit_reuse_entries(entries)
+
+    def reuse_entries(self, target_id: str, workloads: Iterable[WorkloadKey]) -> list[ReuseEntry]:
+        """Return the overlay's entries, then ``base``'s for the workloads the overlay lacks."""
+        keys = list(workloads)
+        mine = self.overlay.reuse_entries(target_id, keys)
+        have = {e.workload for e in mine}
+        return mine + self.base.reuse_entries(target_id, [k for k in keys if k not in have])
+
+    def reuse_candidates(
+        self,
+        hardware: HardwareKey,
+        group: str,
+        log_work: float,
+        *,
+        limit: int,
+        exclude: Collection[WorkloadKey] = (),
+        with_program: bool = True,
+    ) -> list[ReuseEntry]:
+        """Return the nearest candidates of both stores (the overlay's entry of a workload in both).
+
+        An entry the overlay holds for a workload whose program is in ``base`` (a team store
+        indexed by this user) qualifies: the overlay's entries are read without the program
+        condition (``4 * limit`` a side) and checked against both stores.
+        """
+        merged: dict[WorkloadKey, ReuseEntry] = {}
+        for e in self.overlay.reuse_candidates(hardware, group, log_work, limit=4 * limit, exclude=exclude,
+                                               with_program=False):
+            if not with_program or self.best_k(e.workload, hardware, 1):
+                merged.setdefault(e.workload, e)
+        for e in self.base.reuse_candidates(hardware, group, log_work, limit=limit, exclude=exclude,
+                                            with_program=with_program):
+            merged.setdefault(e.workload, e)
+        ordered = sorted(merged.values(), key=lambda e: (abs(e.log_work - log_work), str(e.workload)))
+        up = [e for e in ordered if e.log_work >= log_work][:limit]
+        down = [e for e in ordered if e.log_work < log_work][:limit]
+        return sorted(up + down, key=lambda e: (abs(e.log_work - log_work), str(e.workload)))
+
+    def unindexed_workloads(self, hardware: HardwareKey, *, limit: int | None = None) -> list[StoredWorkload]:
+        """Return the overlay's unindexed workloads, then ``base``'s that have no entry in the overlay."""
+        mine = self.overlay.unindexed_workloads(hardware, limit=limit)
+        have = {w.key for w in mine}
+        theirs = [w for w in self.base.unindexed_workloads(hardware) if w.key not in have]
+        indexed = {e.workload for e in self.overlay.reuse_entries(hardware.target_id, [w.key for w in theirs])}
+        out = mine + [w for w in theirs if w.key not in indexed]
         return out if limit is None else out[:limit]
 
     def hardware_keys(self, workload: WorkloadKey | None = None) -> list[HardwareKey]:

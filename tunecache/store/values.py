@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tunecache.store.keys import WorkloadDesc, WorkloadKey
 
-__all__ = ["StoredWorkload", "StoreStats"]
+__all__ = ["ReuseEntry", "StoredWorkload", "StoreStats"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,51 @@ class StoredWorkload:
     key: WorkloadKey
     desc: WorkloadDesc
     mod_json: str
+
+
+@dataclass(frozen=True)
+class ReuseEntry:
+    """What the planner needs to choose a stored workload as a reuse source, for one target.
+
+    The reuse index holds one per (workload, canonical target): the planner asks the store for
+    the entries of a reuse group nearest a task's size and never decodes a workload it does not
+    use. The store treats :attr:`nest_json` and :attr:`sketch` as opaque text; they are written
+    and read by :mod:`tunecache.planning`.
+
+    Attributes
+    ----------
+    workload
+        The workload's key.
+    target_id
+        :attr:`tunecache.store.keys.HardwareKey.target_id` of the target the entry was made for
+        (the sketch set depends on the target).
+    name
+        The workload's name, for plans and reports.
+    family
+        Operator family of its major loop nest.
+    group
+        Digest of what two reuse partners must share (family, loop-nest structure, dtype,
+        layout, decision signature): only entries of one group can be reuse pairs.
+    log_work
+        log2 of the product of the loop-nest extents (the size the nearest candidates are
+        chosen by).
+    nest_json
+        The loop nest, as JSON.
+    sketch
+        The decision signature.
+    trivial
+        The design space is one program that samples nothing.
+    """
+
+    workload: WorkloadKey
+    target_id: str
+    name: str
+    family: str
+    group: str
+    log_work: float
+    nest_json: str
+    sketch: str
+    trivial: bool = False
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,9 @@ from tunecache.errors import InvalidRecordError
 from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, HostFingerprint, WorkloadDesc, WorkloadKey
 from tunecache.store.records import Provenance, Record
+from tunecache.store.values import ReuseEntry
 
-__all__ = ["HARDWARE", "SUITE_WORKLOADS", "TRACE", "StoreContract", "rec"]
+__all__ = ["HARDWARE", "SUITE_WORKLOADS", "TRACE", "StoreContract", "entry", "rec"]
 
 #: A small valid MetaSchedule trace (two instructions, one decision).
 TRACE = [[["GetSBlock", [], ["C", "main"], ["b0"]], ["SampleCategorical", [], [[0, 16], [0.5, 0.5]], ["v1"]]], [[1, 0]]]
@@ -60,6 +61,27 @@ def rec(wk: WorkloadKey, hw: HardwareKey, lat: float | None, **prov: Any) -> Rec
     """
     secs = (lat,) if lat is not None else (1e10,)
     return Record.from_measurement(wk, hw, TRACE, secs, [["TENSOR", "float32", [4, 4]]], Provenance(**prov))
+
+
+def entry(wk: WorkloadKey, group: str, log_work: float, target_id: str = HARDWARE.target_id) -> ReuseEntry:
+    """Return a reuse-index entry of ``wk`` in ``group`` of size ``2 ** log_work``.
+
+    Parameters
+    ----------
+    wk
+        The workload.
+    group
+        Its reuse group.
+    log_work
+        log2 of its size.
+    target_id
+        The target it was made for (default: :data:`HARDWARE`'s).
+
+    Returns
+    -------
+    ReuseEntry
+    """
+    return ReuseEntry(wk, target_id, f"task_{wk.shash}", "matmul", group, log_work, '{"n":1}', "sk", False)
 
 
 def _run_threads(n: int, fn: Any) -> list[BaseException]:
@@ -252,8 +274,11 @@ class StoreContract:
             rec(b, hw, None),
         ]
         store.commit_records(recs)
+        store.commit_reuse_entries([entry(a, "g", 1.0)])
+        assert store.gc(keep_top=2, dry_run=True) == 4 and store.count_records() == len(recs)
         removed = store.gc(keep_top=2)
         assert removed == 4
+        assert len(store.reuse_entries(hw.target_id, [a])) == 1  # the index entry is kept
         assert [r.latency_s for r in store.best_k(a, hw, 10)] == [1e-3, 2e-3]
         assert [r.provenance.trials for r in store.best_k(a, hw, 10)] == [1, 3]
         assert len(store.best_k(b, hw, 10)) == 1
@@ -303,6 +328,56 @@ class StoreContract:
         assert store.claim(wk, hw, "me", 600, steal_from="ghost")
         assert store.claim_holder(wk, hw) == "me"
         assert not store.claim(wk, hw, "third", 600, steal_from="ghost")  # only from that holder
+
+    # -- iteration and the reuse index ---------------------------------------------------------
+
+    def test_iter_records_pages_in_either_order(self, store: BaseStore, wk: WorkloadKey, hw: HardwareKey) -> None:
+        recs = [rec(SUITE_WORKLOADS[i % 2], hw, (i + 1) * 1e-4 if i != 3 else None, trials=i) for i in range(7)]
+        store.commit_records(recs)
+        assert [r.uid for r in store.iter_records(batch=2)] == [r.uid for r in recs]
+        assert [r.uid for r in store.iter_records(newest_first=True, batch=3)] == [r.uid for r in reversed(recs)]
+        assert [r.uid for r in store.iter_records(workload=wk, valid_only=True, batch=1)] == [
+            r.uid for r in recs if r.workload == wk and r.latency_s is not None]
+        assert list(store.iter_records(hardware="nope")) == []
+
+    def test_reuse_entries_are_committed_once_per_target(self, store: BaseStore, wk: WorkloadKey) -> None:
+        e = entry(wk, "g", 10.0)
+        assert store.commit_reuse_entries([e, e]) == 1
+        assert store.commit_reuse_entries([replace(e, group="other")]) == 0  # the first one stays
+        assert store.commit_reuse_entries([replace(e, target_id="t2")]) == 1
+        assert store.reuse_entries(HARDWARE.target_id, [wk, SUITE_WORKLOADS[1]]) == [e]
+        assert store.has_workload(wk)  # the entry's workload is created
+
+    def test_reuse_candidates_need_a_program_and_are_nearest(self, store: BaseStore, hw: HardwareKey) -> None:
+        keys = [WorkloadKey(f"cand{i}") for i in range(8)]
+        store.commit_reuse_entries([entry(k, "g", float(i)) for i, k in enumerate(keys)]
+                                   + [entry(WorkloadKey("othergroup"), "h", 3.0)])
+        for i, k in enumerate(keys):
+            if i != 4:  # cand4 has only a failed record: it has no program to give
+                store.commit_record(rec(k, hw, 1e-3))
+            else:
+                store.commit_record(rec(k, hw, None))
+        store.commit_record(rec(WorkloadKey("othergroup"), hw, 1e-3))
+        got = store.reuse_candidates(hw, "g", 3.5, limit=2)
+        assert [e.workload.shash for e in got] == ["cand3", "cand2", "cand5", "cand6"]  # ties by key
+        got = store.reuse_candidates(hw, "g", 3.5, limit=2, exclude=[keys[5]])
+        assert [e.workload.shash for e in got] == ["cand3", "cand2", "cand6", "cand7"]
+        other_hw = replace(hw, tvm_version="9.9")
+        assert store.reuse_candidates(other_hw, "g", 3.5, limit=2) == []  # no record under that key
+        assert store.reuse_candidates(hw, "nogroup", 3.5, limit=2) == []
+
+    def test_unindexed_workloads_have_programs_and_modules(self, store: BaseStore, hw: HardwareKey) -> None:
+        a, b, c = SUITE_WORKLOADS
+        for k in (a, b, c):
+            store.commit_workload(k, WorkloadDesc(name=k.shash), mod_json='{"mod": 1}')
+        store.commit_record(rec(a, hw, 1e-3))
+        store.commit_record(rec(b, hw, 1e-3))
+        store.commit_record(rec(WorkloadKey("nomodule"), hw, 1e-3))
+        assert sorted(w.key.shash for w in store.unindexed_workloads(hw)) == sorted([a.shash, b.shash])
+        store.commit_reuse_entries([entry(a, "g", 1.0)])
+        assert [w.key for w in store.unindexed_workloads(hw)] == [b]
+        assert len(store.unindexed_workloads(hw, limit=0)) == 0
+        assert store.unindexed_workloads(replace(hw, target='{"kind":"cuda"}')) == []
 
     # -- threads ------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from tunecache.errors import ReadOnlyStoreError, SchemaVersionError, StoreError
 from tunecache.store._sql.engine import Database
-from tunecache.store._sql.schema import SCHEMA_VERSION, Base, ClaimRow
+from tunecache.store._sql.schema import SCHEMA_VERSION, Base, ClaimRow, ReuseRow
 
 __all__ = ["MIGRATIONS", "upgrade"]
 
@@ -24,8 +24,13 @@ def _v1_to_v2(conn: Connection) -> None:
     Base.metadata.tables[ClaimRow.__tablename__].create(conn, checkfirst=True)
 
 
+def _v2_to_v3(conn: Connection) -> None:
+    """Schema 3 adds the reuse index (``tc_reuse``); ``tunecache db upgrade`` then fills it."""
+    Base.metadata.tables[ReuseRow.__tablename__].create(conn, checkfirst=True)
+
+
 #: version n -> function upgrading n to n + 1
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def upgrade(url: str | os.PathLike[str] | None) -> tuple[int, int]:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from tunecache.errors import InvalidRecordError
-from tunecache.store._sql.schema import HardwareRow, RecordRow, WorkloadRow
+from tunecache.store._sql.schema import HardwareRow, RecordRow, ReuseRow, WorkloadRow
 from tunecache.store.keys import HardwareKey, HostFingerprint, WorkloadDesc, WorkloadKey, canonical_json
 from tunecache.store.records import (
     Provenance,
@@ -21,13 +21,15 @@ from tunecache.store.records import (
     decode_run_secs,
     decode_trace,
 )
-from tunecache.store.values import StoredWorkload
+from tunecache.store.values import ReuseEntry, StoredWorkload
 
 __all__ = [
     "hardware_columns",
     "hardware_value",
     "record_columns",
     "record_value",
+    "reuse_columns",
+    "reuse_value",
     "workload_columns",
     "workload_value",
 ]
@@ -51,6 +53,36 @@ def workload_columns(key: WorkloadKey, desc: WorkloadDesc, mod_json: str) -> dic
         family=desc.family,
         desc_json=canonical_json(desc.to_dict()),
         mod_json=mod_json,
+        created_at=time.time(),
+    )
+
+
+def reuse_value(row: ReuseRow, workload: WorkloadRow) -> ReuseEntry:
+    """Return the reuse-index entry of a row and its workload's row."""
+    return ReuseEntry(
+        workload=WorkloadKey(workload.shash, workload.mod_eq),
+        target_id=row.target_id,
+        name=workload.name,
+        family=row.family,
+        group=row.group_key,
+        log_work=float(row.log_work),
+        nest_json=row.nest_json,
+        sketch=row.sketch,
+        trivial=bool(row.trivial),
+    )
+
+
+def reuse_columns(entry: ReuseEntry, workload_id: int) -> dict[str, Any]:
+    """Return the columns of a new reuse-index row."""
+    return dict(
+        workload_id=workload_id,
+        target_id=entry.target_id,
+        group_key=entry.group,
+        family=entry.family,
+        log_work=float(entry.log_work),
+        nest_json=entry.nest_json,
+        sketch=entry.sketch,
+        trivial=bool(entry.trivial),
         created_at=time.time(),
     )
 

@@ -31,12 +31,14 @@ __all__ = [
     "HardwareRow",
     "RecordRow",
     "ClaimRow",
+    "ReuseRow",
     "ensure_schema",
     "read_version",
 ]
 
-#: Version of the tables below. 1 is the first released schema; 2 added ``tc_claim``.
-SCHEMA_VERSION = 2
+#: Version of the tables below. 1 is the first released schema; 2 added ``tc_claim``; 3 added
+#: ``tc_reuse`` (the reuse index).
+SCHEMA_VERSION = 3
 
 
 class Base(DeclarativeBase):
@@ -126,6 +128,26 @@ class ClaimRow(Base):
     #: The task's search finished (its budget was spent or it converged): a resumed warm treats
     #: it as a hit; a task with records but no done mark was interrupted and is resumed.
     done: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class ReuseRow(Base):
+    """A reuse-index entry: a workload as the planner sees it, for one target (schema 3).
+
+    One per (workload, canonical target). The planner reads the entries of one reuse group
+    nearest a task's size through ``ix_reuse_group`` instead of decoding every stored workload.
+    """
+
+    __tablename__ = "tc_reuse"
+    __table_args__ = (Index("ix_reuse_group", "target_id", "group_key", "log_work"),)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("tc_workload.id", ondelete="CASCADE"), primary_key=True)
+    target_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    group_key: Mapped[str] = mapped_column(String(64))
+    family: Mapped[str] = mapped_column(String(64))
+    log_work: Mapped[float] = mapped_column(Float)
+    nest_json: Mapped[str] = mapped_column(Text)
+    sketch: Mapped[str] = mapped_column(Text)
+    trivial: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 def read_version(sess: Session) -> int | None:

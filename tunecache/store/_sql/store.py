@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,15 +24,25 @@ from tunecache.store._sql.rows import (
     hardware_value,
     record_columns,
     record_value,
+    reuse_columns,
+    reuse_value,
     workload_columns,
     workload_value,
 )
-from tunecache.store._sql.schema import ClaimRow, HardwareRow, RecordRow, WorkloadRow, ensure_schema, read_version
+from tunecache.store._sql.schema import (
+    ClaimRow,
+    HardwareRow,
+    RecordRow,
+    ReuseRow,
+    WorkloadRow,
+    ensure_schema,
+    read_version,
+)
 from tunecache.store.contract import BaseStore, explain_miss_from_keys
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, canonical_json
 from tunecache.store.location import StoreLocation
 from tunecache.store.records import Record, decode_args_info, decode_run_secs, decode_trace
-from tunecache.store.values import StoredWorkload, StoreStats
+from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
 
 __all__ = ["Store"]
 
@@ -433,6 +443,161 @@ class Store(BaseStore):
 
         return self._db.run(do, write=False)
 
+    def iter_records(
+        self,
+        *,
+        hardware: HardwareKey | str | None = None,
+        workload: WorkloadKey | None = None,
+        family: str | None = None,
+        valid_only: bool = False,
+        newest_first: bool = False,
+        batch: int = 1000,
+    ) -> Iterator[Record]:
+        """Yield records a page of ``batch`` at a time (keyset pagination on the record id)."""
+        if batch < 1:
+            raise InvalidRecordError(f"batch must be >= 1, got {batch}")
+        after: int | None = None
+
+        def page(sess: Session) -> list[tuple[int, Record]]:
+            q = (
+                select(RecordRow, WorkloadRow, HardwareRow)
+                .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
+                .join(HardwareRow, RecordRow.hardware_id == HardwareRow.id)
+                .order_by(RecordRow.id.desc() if newest_first else RecordRow.id)
+                .limit(batch)
+            )
+            if after is not None:
+                q = q.where(RecordRow.id < after if newest_first else RecordRow.id > after)
+            if hardware is not None:
+                q = q.where(RecordRow.hardware_id == (hardware if isinstance(hardware, str) else hardware.id))
+            if workload is not None:
+                q = q.where(WorkloadRow.shash == workload.shash, WorkloadRow.mod_eq == workload.mod_eq)
+            if family:
+                q = q.where(WorkloadRow.family == family)
+            if valid_only:
+                q = q.where(RecordRow.latency_s.is_not(None))
+            return [(r.id, record_value(r, WorkloadKey(w.shash, w.mod_eq), hardware_value(h)))
+                    for r, w, h in sess.execute(q)]
+
+        while True:
+            rows = self._db.run(page, write=False)
+            for _, rec in rows:
+                yield rec
+            if len(rows) < batch:
+                return
+            after = rows[-1][0]
+
+    # -- the reuse index ----------------------------------------------------------------------
+
+    def commit_reuse_entries(self, entries: Iterable[ReuseEntry]) -> int:
+        """Add reuse-index entries (an existing (workload, target) entry is kept); return how many were new."""
+        entries = list(entries)
+
+        def do(sess: Session) -> int:
+            new = 0
+            for e in entries:
+                wid = self._workload_id(sess, e.workload)
+                if wid is None:
+                    desc = WorkloadDesc(name=e.name, family=e.family)
+                    self._insert_ignore(sess, WorkloadRow, workload_columns(e.workload, desc, ""), ["shash", "mod_eq"])
+                    wid = self._workload_id(sess, e.workload)
+                    assert wid is not None
+                new += self._insert_ignore(sess, ReuseRow, reuse_columns(e, wid), ["workload_id", "target_id"])
+            return new
+
+        try:
+            return int(self._db.run(do, write=True))
+        except StoreError:
+            self._wl_ids.clear()
+            raise
+
+    def reuse_entries(self, target_id: str, workloads: Iterable[WorkloadKey]) -> list[ReuseEntry]:
+        """Return the stored entries of ``workloads`` for ``target_id``."""
+        keys = list(workloads)
+
+        def do(sess: Session) -> list[ReuseEntry]:
+            out = []
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                q = (
+                    select(ReuseRow, WorkloadRow)
+                    .join(WorkloadRow, ReuseRow.workload_id == WorkloadRow.id)
+                    .where(ReuseRow.target_id == target_id, WorkloadRow.shash.in_([k.shash for k in chunk]))
+                )
+                want = set(chunk)
+                out += [e for e in (reuse_value(r, w) for r, w in sess.execute(q)) if e.workload in want]
+            return out
+
+        return self._db.run(do, write=False)
+
+    def reuse_candidates(
+        self,
+        hardware: HardwareKey,
+        group: str,
+        log_work: float,
+        *,
+        limit: int,
+        exclude: Collection[WorkloadKey] = (),
+        with_program: bool = True,
+    ) -> list[ReuseEntry]:
+        """Return the entries of ``group`` nearest ``log_work`` whose workload has a hit under ``hardware``."""
+        skip = set(exclude)
+        has_program = (
+            select(RecordRow.id)
+            .where(
+                RecordRow.workload_id == ReuseRow.workload_id,
+                RecordRow.hardware_id == hardware.id,
+                RecordRow.latency_s.is_not(None),
+                RecordRow.stale.is_(False),
+            )
+            .exists()
+        )
+
+        def do(sess: Session) -> list[ReuseEntry]:
+            base = (
+                select(ReuseRow, WorkloadRow)
+                .join(WorkloadRow, ReuseRow.workload_id == WorkloadRow.id)
+                .where(ReuseRow.target_id == hardware.target_id, ReuseRow.group_key == group)
+                .limit(limit + len(skip))
+            )
+            if with_program:
+                base = base.where(has_program)
+            up = base.where(ReuseRow.log_work >= log_work).order_by(ReuseRow.log_work, WorkloadRow.shash)
+            down = base.where(ReuseRow.log_work < log_work).order_by(ReuseRow.log_work.desc(), WorkloadRow.shash)
+            out = []
+            for q in (up, down):
+                side = [e for e in (reuse_value(r, w) for r, w in sess.execute(q)) if e.workload not in skip]
+                out += side[:limit]
+            return out
+
+        found = self._db.run(do, write=False)
+        return sorted(found, key=lambda e: (abs(e.log_work - log_work), str(e.workload)))
+
+    def unindexed_workloads(self, hardware: HardwareKey, *, limit: int | None = None) -> list[StoredWorkload]:
+        """Return workloads with valid records under ``hardware`` and no entry for its target."""
+        has_program = (
+            select(RecordRow.id)
+            .where(
+                RecordRow.workload_id == WorkloadRow.id,
+                RecordRow.hardware_id == hardware.id,
+                RecordRow.latency_s.is_not(None),
+            )
+            .exists()
+        )
+        indexed = (
+            select(ReuseRow.workload_id)
+            .where(ReuseRow.workload_id == WorkloadRow.id, ReuseRow.target_id == hardware.target_id)
+            .exists()
+        )
+
+        def do(sess: Session) -> list[StoredWorkload]:
+            q = select(WorkloadRow).where(WorkloadRow.mod_json != "", has_program, ~indexed).order_by(WorkloadRow.id)
+            if limit is not None:
+                q = q.limit(limit)
+            return [workload_value(w) for w in sess.scalars(q)]
+
+        return self._db.run(do, write=False)
+
     def hardware_keys(self, workload: WorkloadKey | None = None) -> list[HardwareKey]:
         """Return the hardware keys that have records (of ``workload``, if given)."""
 
@@ -519,7 +684,7 @@ class Store(BaseStore):
 
     # -- maintenance --------------------------------------------------------------------------
 
-    def gc(self, keep_top: int) -> int:
+    def gc(self, keep_top: int, *, dry_run: bool = False) -> int:
         """Keep the ``keep_top`` best valid fresh records per (workload, hardware); return removed count."""
         if keep_top < 1:
             raise InvalidRecordError(f"keep_top must be >= 1, got {keep_top}")
@@ -539,10 +704,13 @@ class Store(BaseStore):
                 .subquery()
             )
             keep = select(ranked.c.id).where(ranked.c.rank <= keep_top)
+            if dry_run:
+                return int(sess.scalar(select(func.count()).select_from(RecordRow).where(RecordRow.id.not_in(keep)))
+                           or 0)
             res = sess.execute(delete(RecordRow).where(RecordRow.id.not_in(keep)))
             return int(res.rowcount or 0)  # type: ignore[attr-defined]
 
-        return self._db.run(do, write=True)
+        return self._db.run(do, write=not dry_run)
 
     def close(self) -> None:
         """Release the connection pool."""
