@@ -424,7 +424,8 @@ def test_guess_family(fe, name, shapes, family):
 
 
 def test_zoo_registry():
-    assert zoo.names() == ("bert_base", "llama_small", "mobilenet_v2", "resnet18", "resnet50", "small_cnn")
+    assert zoo.names() == ("bert_base", "gpt2_small", "llama_small", "mobilenet_v2", "resnet18", "resnet50",
+                           "small_cnn", "vgg16", "vit_b16")
     with pytest.raises(UnsupportedModelError, match="resnet18"):
         zoo.get("resnet19")
     with pytest.raises(UnsupportedModelError, match="takes batch"):

@@ -122,8 +122,10 @@ def compile(  # noqa: A001 - the product's verb
         A local store in front of ``store``: ``store`` is then opened read-only (e.g. a team
         PostgreSQL role with SELECT only), hits come from both, tuned programs go here.
     tune
-        ``"auto"``: tune misses; ``"never"``: use only the store, misses compile with TVM's
-        default schedules (reported as ``fallback``); ``"always"``: re-tune every task (the
+        ``"auto"``: tune misses; ``"never"``: measure nothing: a miss is served by replaying the
+        most similar stored program (same operator and sketch at another size, reported as
+        ``replayed`` with its source), else compiles with TVM's default schedule (``fallback``);
+        ``"always"``: re-tune every task (the
         store's records seed the search).
     trials_per_task
         Trial budget per missed task.

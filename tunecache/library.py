@@ -4,7 +4,7 @@ from the library cache (:mod:`tunecache.libcache`) when nothing it was built fro
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,16 @@ class Known:
 def _programs(tasks: Sequence[Any], best: dict[WorkloadKey, Record | None]) -> list[tuple[str, str | None]]:
     """``(workload hash, best record uid)`` of every task: what a library is built from."""
     return [(t.key.shash, best[t.key].uid if best.get(t.key) is not None else None) for t in tasks]  # type: ignore[union-attr]
+
+
+def _with_replays(best: dict[WorkloadKey, Record | None],
+                  replayed: Mapping[WorkloadKey, Record] | None) -> dict[WorkloadKey, Record | None]:
+    """Each task's program: the stored best, else its replay."""
+    out = dict(best)
+    for k, r in (replayed or {}).items():
+        if out.get(k) is None:
+            out[k] = r
+    return out
 
 
 def load_known(model_id: str, target: Any, store: Any, hw: HardwareKey, cache: Any,
@@ -62,10 +72,12 @@ def commit_workloads(tasks: Sequence[Any], store: Any) -> None:
 
 
 def build(mod: Any, target: Any, store: Any, hw: HardwareKey, tasks: list[Any],
-          best: dict[WorkloadKey, Record | None], cache: Any, model_id: str | None) -> tuple[Any, Path | None, str]:
+          best: dict[WorkloadKey, Record | None], cache: Any, model_id: str | None,
+          replayed: Mapping[WorkloadKey, Record] | None = None) -> tuple[Any, Path | None, str]:
     """Build ``mod`` with the store's best programs, or load the cached library built from them.
 
-    ``best`` is each task's best record now (what the library is built from). With a library
+    ``best`` is each task's best record now (what the library is built from), ``replayed`` the
+    programs of misses replayed from other workloads (used where the store has none, never stored). With a library
     cache, the model's tasks are remembered under ``model_id`` whenever a library for them is
     cached, so the next compile of the same model can skip preparing it. Returns ``(executable,
     path of the cached library it was loaded from or None, how it was made)``.
@@ -80,7 +92,7 @@ def build(mod: Any, target: Any, store: Any, hw: HardwareKey, tasks: list[Any],
         from tunecache.libcache import library_key
 
         prepared_hash = str(tvm_ffi.structural_hash(mod))
-        key = library_key(prepared_hash, str(target), hw.id, _programs(tasks, best))
+        key = library_key(prepared_hash, str(target), hw.id, _programs(tasks, _with_replays(best, replayed)))
         if model_id is not None:
             cache.remember_tasks(model_id, str(target), prepared_hash, tasks)
         lib = cache.load(key)
@@ -89,7 +101,8 @@ def build(mod: Any, target: Any, store: Any, hw: HardwareKey, tasks: list[Any],
     t0 = time.time()
     # The tasks' names: a workload the database describes anew is not called "main" in the store.
     names = {t.key.shash: t.name for t in tasks}
-    executable = frontend.build(mod, target, database=make_database(store, hw, target, names=names))
+    database = make_database(store, hw, target, names=names, extra=replayed)
+    executable = frontend.build(mod, target, database=database)
     build_s = time.time() - t0
     if cache is None or key is None:
         return executable, None, "built"

@@ -191,12 +191,18 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
                             work_dir=work_dir, progress=printer, hits=[t for t in tasks if t.key not in miss_keys])
             if printer is not None:
                 printer.close(result.trials)
+    replays = {}
+    if misses and tune == "never":                                                    # 2'. replay
+        from tunecache.replay import replay_misses
+
+        replays = replay_misses(misses, target, hw, store)
     final = dict(found.best)
     final.update({t.key: next(iter(store.best_k(t.key, hw, 1)), None) for t in misses})  # searched: read again
     t_build = time.time()                                                             # 4. build
     with frontend.degraded_kernels() as degraded:
-        executable, path, how = library.build(mod, target, store, hw, tasks, final, cache, model_id)
-    report = compile_report(tasks, found, result, final, tune, store, hw)             # 5. report
+        executable, path, how = library.build(mod, target, store, hw, tasks, final, cache, model_id,
+                                              {k: r.record for k, r in replays.items() if r.record is not None})
+    report = compile_report(tasks, found, result, final, tune, store, hw, replays)    # 5. report
     report = report.annotate(frontend.preparation_notes(mod), degraded)
     if result is not None:
         budget["estimated_trials"] = result.estimated_trials

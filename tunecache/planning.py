@@ -23,7 +23,8 @@ from tunecache.reuse.planning import Plan, PlanStep
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.values import ReuseEntry
 
-__all__ = ["collect_tasks", "index_store", "index_workloads", "make_plan", "reuse_sources", "scratch_plan"]
+__all__ = ["collect_tasks", "index_store", "index_workloads", "make_plan", "reuse_sources", "scratch_plan",
+           "update_index"]
 
 log = logging.getLogger("tunecache")
 
@@ -186,6 +187,25 @@ def index_store(store: Any, *, hardware: Collection[str] | None = None,
     return out
 
 
+def update_index(store: Any, hw: HardwareKey, target: Any, described: Sequence[PlanTask]) -> list[ReuseEntry]:
+    """Bring the reuse index up to date before choosing sources for ``described`` misses.
+
+    The misses' own entries are committed (once tuned, they are the next model's sources), and
+    the stored workloads the index lacks are indexed (:func:`index_workloads`).
+
+    Returns
+    -------
+    list of ReuseEntry
+        Entries a read-only store could not keep, for :func:`reuse_sources`' ``extra``
+        (empty for a writable store, which has them all).
+    """
+    if store.read_only:
+        return index_workloads(store, hw, target, limit=INDEX_PER_PLAN)
+    store.commit_reuse_entries(entry_of(t, hw.target_id) for t in described)
+    index_workloads(store, hw, target)
+    return []
+
+
 def reuse_sources(store: Any, hw: HardwareKey, misses: Sequence[PlanTask], *, exclude: Collection[WorkloadKey] = (),
                   extra: Sequence[ReuseEntry] = (), per_miss: int = SOURCES_PER_MISS) -> list[PlanTask]:
     """Return the stored workloads the planner considers as sources of ``misses``.
@@ -262,12 +282,7 @@ def make_plan(misses: Sequence[Any], target: Any, hw: HardwareKey, store: Any, *
     from tunecache.tvm_layer.bridges import bridge_checker, describe_tasks
 
     described = describe_tasks([(t.key, t.name, t.weight, t.mod) for t in misses], target)
-    if not store.read_only:
-        store.commit_reuse_entries(entry_of(t, hw.target_id) for t in described)
-    # Entries a read-only store cannot keep are chosen from in memory; a writable one has them.
-    extra = index_workloads(store, hw, target, limit=INDEX_PER_PLAN if store.read_only else None)
-    if not store.read_only:
-        extra = []
+    extra = update_index(store, hw, target, described)
     planned = {t.key for t in misses} | {t.key for t in hits}
     stored = reuse_sources(store, hw, described, exclude=planned, extra=extra, per_miss=per_miss)
     recent = islice(store.iter_records(hardware=hw, valid_only=True, newest_first=True), CALIBRATION_RECORDS)

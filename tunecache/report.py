@@ -183,7 +183,8 @@ class TaskReport:
     latency_s
         Latency of the program used (store's ranking latency), ``None`` for fallbacks.
     source
-        For ``reused``: the workload whose program was reused.
+        For ``reused``: the workload whose program was reused; for ``replayed``: the task whose
+        program was replayed (no measurement).
     note
         Why: e.g. the miss explanation, or why a task fell back.
     """
@@ -237,8 +238,9 @@ class CompileReport:
         """
         most = self.budget.get("max_trials")
         trials = plural(self.trials, "trial") if most is None else f"{self.trials} of at most {most} trials"
+        replayed = f"{self.count('replayed')} replayed, " if self.count("replayed") else ""
         return (
-            f"{plural(len(self.tasks), 'task')}: {self.count('hit')} hit, {self.count('reused')} reused, "
+            f"{plural(len(self.tasks), 'task')}: {self.count('hit')} hit, {replayed}{self.count('reused')} reused, "
             f"{self.count('tuned')} tuned ({trials}, {format_seconds(self.seconds_tuning)}), "
             f"{self.count('fallback')} fallback"
         )
@@ -301,7 +303,7 @@ class CompileReport:
 
 
 def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, Any], tune: str, store: Any,
-                   hw: Any) -> CompileReport:
+                   hw: Any, replays: dict[Any, Any] | None = None) -> CompileReport:
     """Report every task of a compile, and every bridge its plan tuned.
 
     Parameters
@@ -318,7 +320,11 @@ def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, A
         The compile's tuning mode.
     store, hw
         Where a miss of ``tune="never"`` is explained from.
+    replays
+        How the misses of ``tune="never"`` were replayed (:class:`tunecache.replay.Replay` by
+        workload key): a replayed miss is reported ``replayed`` with its source.
     """
+    replays = replays or {}
     rows = []
     for t in tasks:
         rec = best.get(t.key)
@@ -339,6 +345,9 @@ def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, A
             rows.append(TaskReport(**common, outcome="hit", trials=s.trials if s else 0,
                                    seconds=s.seconds if s else 0.0,
                                    latency_s=latency, note="re-tune found nothing better; stored record used"))
+        elif t.key in replays and replays[t.key].record is not None:
+            r = replays[t.key]
+            rows.append(TaskReport(**common, outcome="replayed", source=r.source_name or r.source, note=r.note))
         else:
             if s is not None:
                 note = s.note
@@ -347,6 +356,8 @@ def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, A
                         "TVM's default schedule (tune='always' searches again)")
             elif tune == "never":
                 note = "not in store (tune='never'): " + store.explain_miss(t.key, hw).reason
+                if t.key in replays:
+                    note += "; " + replays[t.key].note
             else:
                 note = "not searched"
             rows.append(TaskReport(**common, outcome="fallback", trials=s.trials if s else 0,

@@ -7,8 +7,9 @@ the tensor programs depend on shapes and dtypes, never on weight values.
 Examples
 --------
 >>> from tunecache import zoo
->>> zoo.names()
-('bert_base', 'llama_small', 'mobilenet_v2', 'resnet18', 'resnet50', 'small_cnn')
+>>> zoo.names()  # doctest: +NORMALIZE_WHITESPACE
+('bert_base', 'gpt2_small', 'llama_small', 'mobilenet_v2', 'resnet18', 'resnet50', 'small_cnn',
+ 'vgg16', 'vit_b16')
 >>> m = zoo.get("small_cnn")
 >>> m.module(*m.example_inputs).shape
 torch.Size([1, 10])
@@ -389,6 +390,181 @@ def _build_llama(num_layers: int, hidden: int, heads: int, kv_heads: int, interm
     return Llama()
 
 
+def _build_vgg16(num_classes: int, batch_norm: bool) -> torch.nn.Module:
+    """VGG-16 (configuration D): thirteen 3x3 convolutions in five stages, each closed by a 2x2
+    max pool, an adaptive average pool to 7x7 (so small images work), and the three-layer
+    classifier (dropout is an identity in eval mode)."""
+    _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
+    import torch
+    from torch import nn
+
+    cfg: list[int | str] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+                            512, 512, 512, "M"]  # fmt: skip
+
+    class VGG(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            layers: list[nn.Module] = []
+            cin = 3
+            for v in cfg:
+                if v == "M":
+                    layers.append(nn.MaxPool2d(2, 2))
+                    continue
+                assert isinstance(v, int)
+                layers.append(nn.Conv2d(cin, v, 3, padding=1))
+                if batch_norm:
+                    layers.append(nn.BatchNorm2d(v))
+                layers.append(nn.ReLU())
+                cin = v
+            self.features = nn.Sequential(*layers)
+            self.avgpool = nn.AdaptiveAvgPool2d(7)
+            self.classifier = nn.Sequential(
+                nn.Linear(512 * 7 * 7, 4096), nn.ReLU(), nn.Dropout(),
+                nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(),
+                nn.Linear(4096, num_classes),
+            )  # fmt: skip
+            for m in self.modules():  # torchvision's weights; biases keep PyTorch's (not zero) default
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                elif isinstance(m, nn.Linear):
+                    nn.init.normal_(m.weight, 0.0, 0.01)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.avgpool(self.features(x))
+            return self.classifier(torch.flatten(x, 1))
+
+    return VGG()
+
+
+def _build_vit(image_size: int, patch: int, num_layers: int, hidden: int, heads: int, mlp: int,
+               num_classes: int) -> torch.nn.Module:  # fmt: skip
+    """A ViT (as ViT-B/16): a patch-embedding convolution (kernel and stride ``patch``), a class
+    token, learned position embeddings, pre-LN encoder blocks (fused QKV projection, GELU MLP),
+    a final LayerNorm and a linear head on the class token."""
+    _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
+    import torch
+    from torch import nn
+
+    head_dim = hidden // heads
+    tokens = (image_size // patch) ** 2 + 1
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(hidden, 3 * hidden)
+            self.proj = nn.Linear(hidden, hidden)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, _ = x.shape
+            q, k, v = (t.reshape(b, s, heads, head_dim).transpose(1, 2) for t in self.qkv(x).split(hidden, dim=-1))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim)
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+            return self.proj(ctx.transpose(1, 2).reshape(b, s, hidden))
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1 = nn.LayerNorm(hidden, eps=1e-6)
+            self.attention = Attention()
+            self.norm2 = nn.LayerNorm(hidden, eps=1e-6)
+            self.fc1 = nn.Linear(hidden, mlp)
+            self.act = nn.GELU()
+            self.fc2 = nn.Linear(mlp, hidden)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x + self.attention(self.norm1(x))
+            return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+
+    class ViT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch_embed = nn.Conv2d(3, hidden, patch, patch)
+            self.cls_token = nn.Parameter(torch.empty(1, 1, hidden).normal_(0.0, 0.02))
+            self.pos_embed = nn.Parameter(torch.empty(1, tokens, hidden).normal_(0.0, 0.02))
+            self.layers = nn.ModuleList([Block() for _ in range(num_layers)])
+            self.norm = nn.LayerNorm(hidden, eps=1e-6)
+            self.head = nn.Linear(hidden, num_classes)
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (batch, patches, hidden)
+            x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1) + self.pos_embed
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(self.norm(x)[:, 0])
+
+    return ViT()
+
+
+def _build_gpt2(num_layers: int, hidden: int, heads: int, vocab: int, max_positions: int) -> torch.nn.Module:
+    """A GPT-2-style decoder LM: token and learned position embeddings, pre-LN blocks with causal
+    self-attention (fused QKV projection; an additive ``-inf`` mask buffer, sliced to the sequence
+    length, as ``llama_small``) and a 4x GELU (tanh approximation) MLP, a final LayerNorm, and an
+    LM head tied to the token embedding."""
+    _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
+    import torch
+    from torch import nn
+
+    head_dim = hidden // heads
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c_attn = nn.Linear(hidden, 3 * hidden)
+            self.c_proj = nn.Linear(hidden, hidden)
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            b, s, _ = x.shape
+            q, k, v = (t.view(b, s, heads, head_dim).transpose(1, 2) for t in self.c_attn(x).split(hidden, dim=2))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim) + mask
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+            return self.c_proj(ctx.transpose(1, 2).reshape(b, s, hidden))
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(hidden, eps=1e-5)
+            self.attn = Attention()
+            self.ln_2 = nn.LayerNorm(hidden, eps=1e-5)
+            self.c_fc = nn.Linear(hidden, 4 * hidden)
+            self.act = nn.GELU(approximate="tanh")
+            self.c_proj = nn.Linear(4 * hidden, hidden)
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            x = x + self.attn(self.ln_1(x), mask)
+            return x + self.c_proj(self.act(self.c_fc(self.ln_2(x))))
+
+    class GPT2(nn.Module):
+        causal: torch.Tensor
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = nn.Embedding(vocab, hidden)
+            self.wpe = nn.Embedding(max_positions, hidden)
+            self.layers = nn.ModuleList([Block() for _ in range(num_layers)])
+            self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
+            self.lm_head = nn.Linear(hidden, vocab, bias=False)
+            causal = torch.full((max_positions, max_positions), float("-inf")).triu(1)
+            self.register_buffer("causal", causal, persistent=False)
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+            self.lm_head.weight = self.wte.weight  # tied, as GPT-2
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            seq = input_ids.shape[1]
+            pos = torch.arange(seq, dtype=torch.int64).unsqueeze(0)
+            x = self.wte(input_ids) + self.wpe(pos)
+            mask = self.causal[:seq, :seq]
+            for layer in self.layers:
+                x = layer(x, mask)
+            return self.lm_head(self.ln_f(x))
+
+    return GPT2()
+
+
 def _build_small_cnn(num_classes: int) -> torch.nn.Module:
     _torch()  # a DependencyError when PyTorch is missing; then the imports below succeed
     import torch
@@ -468,6 +644,46 @@ def _small_cnn(*, batch: int, image_size: int, num_classes: int) -> tuple[Any, t
     return _build_small_cnn(num_classes), (torch.randn(batch, 3, image_size, image_size),)
 
 
+def _flag(name: str, value: Any) -> bool:
+    """A boolean parameter as the command line gives it (``batch_norm=1``, ``batch_norm=true``)."""
+    if isinstance(value, bool):
+        return value
+    if value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no"):
+        return value.lower() in ("true", "yes")
+    raise UnsupportedModelError(f"{name} is true or false (or 1 or 0), got {value!r}")
+
+
+def _vgg16(*, batch: int, image_size: int, num_classes: int, batch_norm: Any) -> tuple[Any, tuple[Any, ...]]:
+    torch = _torch()
+    if image_size < 32:
+        raise UnsupportedModelError(f"vgg16 halves its images five times: image_size={image_size} is below 32")
+    model = _build_vgg16(num_classes, _flag("vgg16: batch_norm", batch_norm))
+    return model, (torch.randn(batch, 3, image_size, image_size),)
+
+
+def _vit(*, batch: int, image_size: int, patch: int, num_layers: int, hidden: int, heads: int, mlp: int,
+         num_classes: int) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
+    torch = _torch()
+    if image_size % patch or hidden % heads:
+        raise UnsupportedModelError(
+            f"vit_b16: image_size={image_size} must split into patches of {patch}, and hidden={hidden} into "
+            f"heads={heads}"
+        )
+    model = _build_vit(image_size, patch, num_layers, hidden, heads, mlp, num_classes)
+    return model, (torch.randn(batch, 3, image_size, image_size),)
+
+
+def _gpt2(*, batch: int, seq_len: int, num_layers: int, hidden: int, heads: int,
+          vocab: int) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
+    torch = _torch()
+    if hidden % heads:
+        raise UnsupportedModelError(f"gpt2_small: hidden={hidden} is not divisible by heads={heads}")
+    model = _build_gpt2(num_layers, hidden, heads, vocab, max(1024, seq_len))
+    return model, (torch.randint(0, vocab, (batch, seq_len), dtype=torch.int64),)
+
+
 _REGISTRY: dict[str, _Entry] = {
     "resnet18": _Entry(
         "ResNet-18 (basic blocks), NCHW float32",
@@ -502,6 +718,25 @@ _REGISTRY: dict[str, _Entry] = {
         "a tiny CNN for tests: three conv2d+relu (one residual add), flatten, dense; 16x16 input",
         _small_cnn,
         {"batch": 1, "image_size": 16, "num_classes": 10},
+    ),
+    "vgg16": _Entry(
+        "VGG-16 (configuration D: thirteen 3x3 convolutions, max pools, adaptive average pool to 7x7, "
+        "three dense layers), NCHW float32; batch_norm=1 adds a batch norm after each convolution",
+        _vgg16,
+        {"batch": 1, "image_size": 224, "num_classes": 1000, "batch_norm": False},
+    ),
+    "vit_b16": _Entry(
+        "ViT-B/16 (patch-embedding convolution, class token, learned position embeddings, pre-LN encoder "
+        "blocks with GELU MLPs, classification head), NCHW float32; identical layers give identical tuning tasks",
+        _vit,
+        {"batch": 1, "image_size": 224, "patch": 16, "num_layers": 12, "hidden": 768, "heads": 12,
+         "mlp": 3072, "num_classes": 1000},  # fmt: skip
+    ),
+    "gpt2_small": _Entry(
+        "a GPT-2-style decoder LM (learned position embeddings, pre-LN blocks, causal attention, tanh-GELU "
+        "MLP, LM head tied to the embedding), int64 token ids -> float32 logits",
+        _gpt2,
+        {"batch": 1, "seq_len": 128, "num_layers": 12, "hidden": 768, "heads": 12, "vocab": 50257},
     ),
 }
 

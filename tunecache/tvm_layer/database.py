@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -104,8 +104,10 @@ def _database_class() -> Any:
                 provenance: Provenance,
                 on_commit: Callable[[CommitEvent], None] | None = None,
                 names: dict[str, str] | None = None,
+                extra: Mapping[WorkloadKey, Record] | None = None,
             ) -> None:
                 super().__init__()
+                self.extra = dict(extra or {})
                 self.store = store
                 self.hardware = hardware
                 self.target = target
@@ -141,7 +143,7 @@ def _database_class() -> Any:
 
             def has_workload(self, mod: Any) -> bool:
                 key, _mj, _wl = workload_of(mod)
-                return bool(self.store.best_k(key, self.hardware, 1))
+                return bool(self.store.best_k(key, self.hardware, 1)) or key in self.extra
 
             def commit_workload(self, mod: Any) -> Any:
                 return self._key(mod)[1]
@@ -175,7 +177,10 @@ def _database_class() -> Any:
                 # The store's order (mean of the repeats, or the re-measurement), every repeat kept.
                 wkey = WorkloadKey(str(workload.as_json()[0]))
                 out = []
-                for rec in self.store.best_k(wkey, self.hardware, top_k):
+                recs = self.store.best_k(wkey, self.hardware, top_k)
+                if not recs and wkey in self.extra:
+                    recs = [self.extra[wkey]]
+                for rec in recs:
                     try:
                         out.append(record_to_tvm(measured_for_tvm(rec), workload, self.target))
                     except InvalidRecordError:
@@ -221,6 +226,7 @@ def make_database(
     provenance: Provenance | None = None,
     on_commit: Callable[[CommitEvent], None] | None = None,
     names: dict[str, str] | None = None,
+    extra: Mapping[WorkloadKey, Record] | None = None,
 ) -> Any:
     """Return a MetaSchedule database over ``store`` that only sees ``hardware``'s records.
 
@@ -239,6 +245,9 @@ def make_database(
         Called after each committed measurement (progress reporting).
     names
         Task names by workload hash, used to describe new workloads.
+    extra
+        Programs served for workloads the store has no record of, never stored (the zero-trial
+        replays of ``tune="never"``).
 
     Examples
     --------
@@ -254,4 +263,4 @@ def make_database(
         tunecache_version=tunecache.__version__,
         tvm_version=hardware.tvm_version,
     )
-    return _database_class()(store, hardware, target, prov, on_commit, names)
+    return _database_class()(store, hardware, target, prov, on_commit, names, extra)

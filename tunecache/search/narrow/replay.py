@@ -8,14 +8,17 @@ reuse serves, :func:`sketch_on` the source's sketch for the target (decisions le
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tunecache.errors import ConfigError, InvalidRecordError
 from tunecache.search.narrow.align import Materializer, Skeleton, decisions_key, open_picks
 from tunecache.search.narrow.moves import PHASES, neighbour_decisions
+from tunecache.store.keys import HardwareKey, WorkloadKey
+from tunecache.store.records import Provenance, Record
 from tunecache.tvm_layer import load_tvm
 
-__all__ = ["as_ir_module", "propose_neighbours", "replay_on", "sketch_on", "source_on", "trace_of"]
+__all__ = ["as_ir_module", "propose_neighbours", "replay_on", "replayed_record", "sketch_on", "source_on", "trace_of"]
 
 
 def as_ir_module(mod: Any) -> Any:
@@ -89,6 +92,57 @@ def replay_on(trace: Any, mod: Any, target: Any, *, seed: int = 0) -> Any | None
     mat, skeleton = on
     cand = mat.materialize(skeleton, open_picks(mat, skeleton, dict(skeleton.decisions), 1)[0])
     return None if cand is None else cand.sch
+
+
+def replayed_record(source: Record, mod: Any, key: WorkloadKey, hardware: HardwareKey, target: Any, *,
+                    seed: int = 0) -> Record | str:
+    """Return a stored program replayed on another task as that task's record, or why it is not.
+
+    The program is :func:`replay_on`'s (the narrowed search's round 0, measured nothing). The
+    record carries the source's run times (it was never run as this task) and provenance
+    ``replayed`` naming the source; its uid derives from the source record and the task, so the
+    same replay is the same record (a library cached from it is found again). It is meant to be
+    served, never stored as a measurement.
+
+    Parameters
+    ----------
+    source
+        A stored record of the source workload (with a latency).
+    mod
+        The target task's TIR ``IRModule``.
+    key, hardware
+        The target task's workload key and the hardware key of the record.
+    target
+        A ``tvm.target.Target``.
+    seed
+        Seeds the replay schedule.
+
+    Returns
+    -------
+    Record or str
+        The record, or a one-line reason the program cannot be replayed on ``mod``.
+    """
+    import hashlib
+
+    from tunecache.tvm_layer.convert import record_from_tvm
+
+    sch = replay_on(source, mod, target, seed=seed)
+    if sch is None:
+        return f"its program (record {source.uid}) does not replay on this task, or a postprocessor rejects it"
+    load_tvm()
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        tr = ms.database.TuningRecord(
+            sch.trace, ms.database.Workload(as_ir_module(mod)), [float(x) for x in source.run_secs] or None, target,
+            ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+        prov = Provenance(kind="replayed", source_workload=str(source.workload), source_record=source.uid,
+                          tvm_version=hardware.tvm_version)
+        rec = record_from_tvm(tr, key, hardware, prov)
+    except (InvalidRecordError, TypeError, ValueError) as err:
+        return f"the replayed program of record {source.uid} cannot be recorded: {err}"
+    uid = hashlib.sha256(f"replay/1|{source.uid}|{key}|{hardware.id}".encode()).hexdigest()[:32]
+    return replace(rec, uid=uid)
 
 
 def sketch_on(trace: Any, mod: Any, target: Any) -> list[Any] | None:

@@ -1,0 +1,92 @@
+"""Zero-trial replays and cross-model reuse (issue 19) on tiny real workloads.
+
+A model whose task differs from a stored model's only in shape: with ``tune="never"`` it is
+served by replaying the stored program (0 measurements, ``replayed`` naming the other model's
+task), with ``tune="auto"`` it is reused (a narrowed search of a few trials); outputs match
+NumPy either way. A replay that cannot be adapted falls back and says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _models import relax_matmul_relu
+
+import tunecache
+from tunecache.store import open_store
+
+pytestmark = pytest.mark.tvm
+
+TRIALS = 4
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
+    """A store holding one tuned model: relu(x @ w) at 16x32x24."""
+    db = str(tmp_path_factory.mktemp("store") / "tc.db")
+    cm = tunecache.compile(relax_matmul_relu(16, 32, 24), store=db, trials_per_task=TRIALS, seed=3, progress=False)
+    assert cm.report.count("tuned") == 1
+    return db, cm.report.tasks[0]
+
+
+def _inputs(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m + k + n)
+    return rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
+
+
+def test_never_replays_a_similar_stored_program(warm: tuple[str, Any]) -> None:
+    db, source = warm
+    before = open_store(db).count_records()
+    cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=db, tune="never", progress=False)
+    (task,) = cm.report.tasks
+    assert task.outcome == "replayed" and task.trials == 0 and cm.report.trials == 0
+    assert task.source == source.name and "0 measurements" in task.note
+    assert task.latency_s is None  # never measured as this task
+    assert "1 replayed" in cm.report.summary()
+    x, w = _inputs(32, 64, 48)
+    np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+    assert open_store(db).count_records() == before  # a replay is served, never stored
+
+
+def test_auto_reuses_the_other_models_program(warm: tuple[str, Any], tmp_path: Path) -> None:
+    import sqlite3
+
+    db, source = warm
+    mine = str(tmp_path / "copy.db")
+    with sqlite3.connect(db) as src, sqlite3.connect(mine) as dst:
+        src.backup(dst)  # a plain file copy would miss what is still in the -wal file
+    # 16 trials a full search: reusing (a quarter of it at most) is the cheaper plan. A reused
+    # program that measures below 0.7x its source's throughput is re-tuned in full (escalated):
+    # on a shared machine a few noisy trials can do that, so this test does not escalate.
+    cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=mine, trials_per_task=16, seed=1, progress=False,
+                           escalate_below=0)
+    (task,) = cm.report.tasks
+    assert task.outcome == "reused" and 0 < task.trials <= 4, task
+    assert source.workload.split(":", 1)[1] in str(task.source)
+    x, w = _inputs(32, 64, 48)
+    np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_replay_that_cannot_be_adapted_falls_back_with_the_reason(
+        warm: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunecache.search.narrow import replay
+
+    db, _source = warm
+    # Deterministically refuse the adaptation (the real path is the test above).
+    monkeypatch.setattr(replay, "replayed_record", lambda *a, **k: "the tiling does not fit the new extents")
+    cm = tunecache.compile(relax_matmul_relu(8, 16, 12), store=db, tune="never", progress=False)
+    (task,) = cm.report.tasks
+    assert task.outcome == "fallback"
+    assert "could be replayed" in task.note and "the tiling does not fit the new extents" in task.note
+    x, w = _inputs(8, 16, 12)
+    np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_nothing_similar_stored_falls_back_and_says_so(warm: tuple[str, Any], tmp_path: Path) -> None:
+    cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=str(tmp_path / "empty.db"), tune="never",
+                           progress=False)
+    (task,) = cm.report.tasks
+    assert task.outcome == "fallback" and "no stored program of the same operator" in task.note

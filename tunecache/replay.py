@@ -1,0 +1,122 @@
+"""Zero-trial replays: a store miss served by a similar stored program, adapted, measured never.
+
+With ``tune="never"`` nothing is searched, yet a miss need not fall back to TVM's default
+schedule: when the store holds a program of a task of the same operator, layout and sketch at
+another size (another model's, another sequence length's, an earlier bridge's), that program is
+replayed on the miss as the narrowed search's round 0 does
+(:func:`tunecache.search.narrow.replay.replayed_record`): its decisions carried over, the
+tiling re-fit to the new extents. Sources come from the store's reuse index
+(:func:`tunecache.planning.reuse_sources`), best expected quality first
+(:func:`tunecache.reuse.costs.reuse_cost`); a replay that cannot be adapted says why, and the
+task falls back.
+
+Replayed programs are served, never stored: they were not measured on their task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tunecache.reuse.conditions import can_reuse
+from tunecache.reuse.costs import CostModel, reuse_cost
+from tunecache.store.keys import HardwareKey, WorkloadKey
+from tunecache.store.records import Record
+
+__all__ = ["PROGRAMS_PER_SOURCE", "SOURCES_TRIED", "Replay", "replay_misses"]
+
+log = logging.getLogger("tunecache")
+
+#: Stored workloads tried per miss, best expected quality first.
+SOURCES_TRIED = 3
+#: Programs of one source tried (its best first) before the next source.
+PROGRAMS_PER_SOURCE = 2
+
+
+@dataclass(frozen=True)
+class Replay:
+    """How one miss is served without measuring.
+
+    Attributes
+    ----------
+    key
+        The miss's workload key.
+    record
+        The replayed program as a record of the miss (never stored), ``None`` when nothing
+        could be replayed.
+    source
+        ``str`` of the source workload's key (``None`` when there was none).
+    source_name
+        The source's task name.
+    note
+        What was replayed from where, or why nothing was.
+    """
+
+    key: WorkloadKey
+    record: Record | None
+    source: str | None
+    source_name: str
+    note: str
+
+
+def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: Any, *,
+                  sources: int = SOURCES_TRIED, programs: int = PROGRAMS_PER_SOURCE) -> dict[WorkloadKey, Replay]:
+    """Serve each miss by replaying the most similar stored program on it (0 measurements).
+
+    Parameters
+    ----------
+    misses
+        Tasks the store has no program for (``key``, ``name``, ``weight``, ``mod``).
+    target, hw
+        The target and the hardware key whose stored programs may be replayed.
+    store
+        The store.
+    sources, programs
+        Stored workloads tried per miss, and programs tried per workload.
+
+    Returns
+    -------
+    dict
+        Workload key -> :class:`Replay`, one per miss.
+    """
+    from tunecache.planning import reuse_sources, update_index
+    from tunecache.search.narrow.replay import replayed_record
+    from tunecache.tvm_layer.bridges import describe_tasks
+
+    if not misses:
+        return {}
+    described = describe_tasks([(t.key, t.name, t.weight, t.mod) for t in misses], target)
+    extra = update_index(store, hw, target, described)
+    skip = {t.key for t in misses}
+    cm = CostModel()
+    out: dict[WorkloadKey, Replay] = {}
+    for t, d in zip(misses, described, strict=True):
+        near = [s for s in reuse_sources(store, hw, [d], exclude=skip, extra=extra)
+                if can_reuse(s.nest, d.nest, s.sketch, d.sketch).ok]
+        near.sort(key=lambda s: (reuse_cost(s.nest, d.nest, cm)[1], str(s.key)))
+        if not near:
+            out[t.key] = Replay(t.key, None, None, "", "no stored program of the same operator, layout and sketch")
+            continue
+        reasons: list[str] = []
+        found: Replay | None = None
+        for s in near[:sources]:
+            for rec in store.best_k(s.key, hw, programs):
+                try:
+                    got = replayed_record(rec, t.mod, t.key, hw, target)
+                except Exception as err:  # noqa: BLE001 - one source failing is a reason, not an error
+                    got = f"replaying record {rec.uid} failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                if isinstance(got, Record):
+                    found = Replay(t.key, got, str(s.key), s.name,
+                                   f"replayed from {s.name} {list(s.nest.extents)} onto {list(d.nest.extents)}, "
+                                   "0 measurements")
+                    break
+                reasons.append(f"{s.name}: {got}")
+            if found is not None:
+                break
+        out[t.key] = found or Replay(t.key, None, str(near[0].key), near[0].name,
+                                     "no similar stored program could be replayed: " + "; ".join(reasons[:3]))
+    n = sum(r.record is not None for r in out.values())
+    log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
+    return out
