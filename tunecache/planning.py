@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
-from itertools import islice
 from typing import Any
 
 from tunecache.reuse.costs import CostModel, calibrate
@@ -285,8 +284,8 @@ def make_plan(misses: Sequence[Any], target: Any, hw: HardwareKey, store: Any, *
     extra = update_index(store, hw, target, described)
     planned = {t.key for t in misses} | {t.key for t in hits}
     stored = reuse_sources(store, hw, described, exclude=planned, extra=extra, per_miss=per_miss)
-    recent = islice(store.iter_records(hardware=hw, valid_only=True, newest_first=True), CALIBRATION_RECORDS)
-    cm = calibrate(replace(CostModel(), full_trials=full_trials, target_kind=str(target.kind.name)), list(recent))
+    recent = store.recent_provenance(hw, limit=CALIBRATION_RECORDS)
+    cm = calibrate(replace(CostModel(), full_trials=full_trials, target_kind=str(target.kind.name)), recent)
     return plan_tasks(
         described,
         stored=stored,

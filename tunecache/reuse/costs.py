@@ -125,8 +125,8 @@ def reuse_cost(beta: LoopNest, alpha: LoopNest, cm: CostModel) -> tuple[float, f
     return float(trials), float(quality)
 
 
-def calibrate(cm: CostModel, records: Sequence[Any]) -> CostModel:
-    """Return ``cm`` calibrated from store records (their provenance).
+def calibrate(cm: CostModel, provenance: Sequence[Any]) -> CostModel:
+    """Return ``cm`` calibrated from the provenance of store records (newest first).
 
     ``seconds_per_trial``: median of seconds/trials over tuned records' final provenance;
     ``measured_fraction`` is kept unless reused records carry the enumerated candidate count
@@ -134,10 +134,9 @@ def calibrate(cm: CostModel, records: Sequence[Any]) -> CostModel:
     """
     # Per-record seconds are the time since the task's first commit in its search; records of
     # one round land together, so tiny values say nothing about the cost of a trial.
-    per_trial = [r.provenance.seconds / r.provenance.trials for r in records
-                 if r.provenance.kind == "tuned" and r.provenance.trials >= 4
-                 and r.provenance.seconds / r.provenance.trials >= 0.05]
-    reused = [r.provenance.trials for r in records if r.provenance.kind == "reused" and r.provenance.trials > 0]
+    per_trial = [p.seconds / p.trials for p in provenance
+                 if p.kind == "tuned" and p.trials >= 4 and p.seconds / p.trials >= 0.05]
+    reused = [p.trials for p in provenance if p.kind == "reused" and p.trials > 0]
     out = cm
     if len(per_trial) >= 5:
         out = replace(out, seconds_per_trial=float(statistics.median(per_trial)))

@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Iterator
 from types import TracebackType
 
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, explain_miss
-from tunecache.store.records import Record
+from tunecache.store.records import Provenance, Record
 from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
 
 __all__ = ["BaseStore", "explain_miss_from_keys"]
@@ -507,6 +507,24 @@ class BaseStore(abc.ABC):
         """
         recs = self.records(hardware=hardware, workload=workload, family=family, valid_only=valid_only)
         yield from (reversed(recs) if newest_first else recs)
+
+    @abc.abstractmethod
+    def recent_provenance(self, hardware: HardwareKey, *, limit: int) -> list[Provenance]:
+        """Return the provenance of the newest valid records under ``hardware``, newest first.
+
+        Reads no trace: what the planner calibrates its cost estimates from (seconds per trial).
+
+        Parameters
+        ----------
+        hardware
+            The hardware key.
+        limit
+            At most this many.
+
+        Returns
+        -------
+        list of Provenance
+        """
 
     # -- the reuse index ------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Iterator
 
 from tunecache.store.contract import BaseStore, explain_miss_from_keys
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey
-from tunecache.store.records import Record
+from tunecache.store.records import Provenance, Record
 from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
 
 __all__ = ["OverlayStore", "push"]
@@ -213,6 +213,11 @@ class OverlayStore(BaseStore):
         for st in (self.overlay, self.base):
             yield from st.iter_records(hardware=hardware, workload=workload, family=family,
                                        valid_only=valid_only, newest_first=newest_first, batch=batch)
+
+    def recent_provenance(self, hardware: HardwareKey, *, limit: int) -> list[Provenance]:
+        """Return the overlay's newest, then ``base``'s, up to ``limit``."""
+        mine = self.overlay.recent_provenance(hardware, limit=limit)
+        return mine + self.base.recent_provenance(hardware, limit=limit - len(mine)) if len(mine) < limit else mine
 
     def commit_reuse_entries(self, entries: Iterable[ReuseEntry]) -> int:
         """Add entries to the overlay."""

@@ -340,6 +340,12 @@ class StoreContract:
             r.uid for r in recs if r.workload == wk and r.latency_s is not None]
         assert list(store.iter_records(hardware="nope")) == []
 
+    def test_recent_provenance_is_newest_valid_first(self, store: BaseStore, wk: WorkloadKey, hw: HardwareKey) -> None:
+        store.commit_records([rec(wk, hw, 1e-3 if i != 2 else None, trials=i) for i in range(5)])
+        store.commit_record(rec(wk, replace(hw, tvm_version="other"), 1e-3, trials=99))
+        assert [p.trials for p in store.recent_provenance(hw, limit=3)] == [4, 3, 1]
+        assert store.recent_provenance(hw, limit=0) == []
+
     def test_reuse_entries_are_committed_once_per_target(self, store: BaseStore, wk: WorkloadKey) -> None:
         e = entry(wk, "g", 10.0)
         assert store.commit_reuse_entries([e, e]) == 1

@@ -26,6 +26,7 @@ from tunecache.store.values import ReuseEntry, StoredWorkload
 __all__ = [
     "hardware_columns",
     "hardware_value",
+    "provenance_value",
     "record_columns",
     "record_value",
     "reuse_columns",
@@ -127,21 +128,26 @@ def record_value(row: RecordRow, workload: WorkloadKey, hardware: HardwareKey) -
         run_secs=decode_run_secs(decode_json_text(row.run_secs_json, "run_secs")),
         latency_s=row.latency_s,
         args_info=decode_args_info(decode_json_text(row.args_info_json, "args_info")),
-        provenance=Provenance(
-            kind=row.kind,
-            source_workload=row.source_workload,
-            source_record=row.source_record,
-            trials=row.trials,
-            seconds=row.seconds,
-            host=row.host,
-            user=row.user,
-            tunecache_version=row.tunecache_version,
-            tvm_version=row.tvm_version,
-            created_at=row.created_at,
-        ),
+        provenance=provenance_value(row),
         uid=row.uid,
         stale=bool(row.stale),
         cv=row.cv,
+    )
+
+
+def provenance_value(row: Any) -> Provenance:
+    """Return the provenance of a record row (or of a row of its provenance columns)."""
+    return Provenance(
+        kind=row.kind,
+        source_workload=row.source_workload,
+        source_record=row.source_record,
+        trials=row.trials,
+        seconds=row.seconds,
+        host=row.host,
+        user=row.user,
+        tunecache_version=row.tunecache_version,
+        tvm_version=row.tvm_version,
+        created_at=row.created_at,
     )
 
 

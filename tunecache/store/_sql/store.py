@@ -22,6 +22,7 @@ from tunecache.store._sql.engine import Database
 from tunecache.store._sql.rows import (
     hardware_columns,
     hardware_value,
+    provenance_value,
     record_columns,
     record_value,
     reuse_columns,
@@ -41,7 +42,7 @@ from tunecache.store._sql.schema import (
 from tunecache.store.contract import BaseStore, explain_miss_from_keys
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, canonical_json
 from tunecache.store.location import StoreLocation
-from tunecache.store.records import Record, decode_args_info, decode_run_secs, decode_trace
+from tunecache.store.records import Provenance, Record, decode_args_info, decode_run_secs, decode_trace
 from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
 
 __all__ = ["Store"]
@@ -486,6 +487,25 @@ class Store(BaseStore):
             if len(rows) < batch:
                 return
             after = rows[-1][0]
+
+    def recent_provenance(self, hardware: HardwareKey, *, limit: int) -> list[Provenance]:
+        """Return the provenance of the newest valid records under ``hardware`` (no trace read)."""
+        cols = (RecordRow.kind, RecordRow.source_workload, RecordRow.source_record, RecordRow.trials,
+                RecordRow.seconds, RecordRow.host, RecordRow.user, RecordRow.tunecache_version,
+                RecordRow.tvm_version, RecordRow.created_at)
+
+        def do(sess: Session) -> list[Provenance]:
+            q = (select(*cols).where(RecordRow.hardware_id == hardware.id, RecordRow.latency_s.is_not(None))
+                 .order_by(RecordRow.id.desc()).limit(limit))
+            out = []
+            for row in sess.execute(q):
+                try:
+                    out.append(provenance_value(row))
+                except InvalidRecordError:
+                    continue  # a provenance that does not validate says nothing about costs
+            return out
+
+        return self._db.run(do, write=False)
 
     # -- the reuse index ----------------------------------------------------------------------
 
