@@ -245,6 +245,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     secs = time.time() - t0
     if stop_requested():
         raise Interrupted(res.trials)
+    far = _far(source, spec)
     best = store.best_k(spec.key, hardware, 1)
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
@@ -258,15 +259,33 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
             except Interrupted as stop:
                 raise Interrupted(res.trials + stop.trials) from stop
             return replace(o, trials=o.trials + res.trials, seconds=o.seconds + secs, escalated=True,
-                           source=str(source.key), note=f"escalated to full search ({why})")
+                           source=str(source.key), note=f"escalated to full search ({why}{far})")
         if not best:
             return TaskOutcome(spec.node, spec.name, spec.key, "fallback", res.trials, secs, source=str(source.key),
                                note="no valid reused program, and the plan's trial budget is spent")
         return TaskOutcome(spec.node, spec.name, spec.key, "reused", res.trials, secs, source=str(source.key),
-                           note=f"narrowed search from {source.name} ({why}; the plan's trial budget left no "
+                           note=f"narrowed search from {source.name} ({why}{far}; the plan's trial budget left no "
                                 "room to escalate)", latency_s=best[0].latency_s)
     return TaskOutcome(spec.node, spec.name, spec.key, "reused", res.trials, secs, source=str(source.key),
-                       note=f"narrowed search from {source.name}", latency_s=best[0].latency_s)
+                       note=f"narrowed search from {source.name}" + (f" ({far[2:]})" if far else ""),
+                       latency_s=best[0].latency_s)
+
+
+#: A source this many times larger or smaller (in floating-point work) than its target is "far":
+#: fewer of its tile sizes fit, and the report says so.
+FAR_RATIO = 8.0
+
+
+def _far(source: NodeSpec, target: NodeSpec) -> str:
+    """``"; the source is 12x this task's work"`` when the source is far from its target, else ``""``."""
+    if source.work <= 0 or target.work <= 0:
+        return ""
+    ratio = source.work / target.work
+    if ratio >= FAR_RATIO:
+        return f"; the source is {ratio:.0f}x this task's work, so fewer of its tile sizes carry over"
+    if ratio <= 1 / FAR_RATIO:
+        return f"; the source is 1/{1 / ratio:.0f} of this task's work, so fewer of its tile sizes carry over"
+    return ""
 
 
 def _claim(spec: NodeSpec, ctx: SearchContext) -> bool:
