@@ -48,6 +48,25 @@ from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
 __all__ = ["Store"]
 
 
+def _records_query(hardware: HardwareKey | str | None, workload: WorkloadKey | None, family: str | None,
+                   valid_only: bool) -> Any:
+    """SELECT records with their workload and hardware rows, filtered (unordered, unlimited)."""
+    q = (
+        select(RecordRow, WorkloadRow, HardwareRow)
+        .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
+        .join(HardwareRow, RecordRow.hardware_id == HardwareRow.id)
+    )
+    if hardware is not None:
+        q = q.where(RecordRow.hardware_id == (hardware if isinstance(hardware, str) else hardware.id))
+    if workload is not None:
+        q = q.where(WorkloadRow.shash == workload.shash, WorkloadRow.mod_eq == workload.mod_eq)
+    if family:
+        q = q.where(WorkloadRow.family == family)
+    if valid_only:
+        q = q.where(RecordRow.latency_s.is_not(None))
+    return q
+
+
 def _claim_key(workload: WorkloadKey, hardware: HardwareKey) -> str:
     return f"{hardware.id}:{workload.shash}"
 
@@ -424,20 +443,7 @@ class Store(BaseStore):
         """Return records filtered by hardware key (or its id), workload and family."""
 
         def do(sess: Session) -> list[Record]:
-            q = (
-                select(RecordRow, WorkloadRow, HardwareRow)
-                .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
-                .join(HardwareRow, RecordRow.hardware_id == HardwareRow.id)
-                .order_by(RecordRow.id)
-            )
-            if hardware is not None:
-                q = q.where(RecordRow.hardware_id == (hardware if isinstance(hardware, str) else hardware.id))
-            if workload is not None:
-                q = q.where(WorkloadRow.shash == workload.shash, WorkloadRow.mod_eq == workload.mod_eq)
-            if family:
-                q = q.where(WorkloadRow.family == family)
-            if valid_only:
-                q = q.where(RecordRow.latency_s.is_not(None))
+            q = _records_query(hardware, workload, family, valid_only).order_by(RecordRow.id)
             if limit is not None:
                 q = q.limit(limit)
             return [record_value(r, WorkloadKey(w.shash, w.mod_eq), hardware_value(h)) for r, w, h in sess.execute(q)]
@@ -460,23 +466,10 @@ class Store(BaseStore):
         after: int | None = None
 
         def page(sess: Session) -> list[tuple[int, Record]]:
-            q = (
-                select(RecordRow, WorkloadRow, HardwareRow)
-                .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
-                .join(HardwareRow, RecordRow.hardware_id == HardwareRow.id)
-                .order_by(RecordRow.id.desc() if newest_first else RecordRow.id)
-                .limit(batch)
-            )
+            q = (_records_query(hardware, workload, family, valid_only)
+                 .order_by(RecordRow.id.desc() if newest_first else RecordRow.id).limit(batch))
             if after is not None:
                 q = q.where(RecordRow.id < after if newest_first else RecordRow.id > after)
-            if hardware is not None:
-                q = q.where(RecordRow.hardware_id == (hardware if isinstance(hardware, str) else hardware.id))
-            if workload is not None:
-                q = q.where(WorkloadRow.shash == workload.shash, WorkloadRow.mod_eq == workload.mod_eq)
-            if family:
-                q = q.where(WorkloadRow.family == family)
-            if valid_only:
-                q = q.where(RecordRow.latency_s.is_not(None))
             return [(r.id, record_value(r, WorkloadKey(w.shash, w.mod_eq), hardware_value(h)))
                     for r, w, h in sess.execute(q)]
 
