@@ -50,16 +50,21 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"tunecache: error: {message} (see `{self.prog} --help`)\n")
 
 
-def at_least_one(text: str, unit: str = "") -> int:
-    """``type=`` of a count flag: a whole number >= 1 (argparse names the flag in its error)."""
+def at_least(text: str, least: int, unit: str = "") -> int:
+    """A whole number >= ``least`` read from a flag (argparse names the flag in its error)."""
     what = f" of {unit}s" if unit else ""
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number{what}, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1{' ' + unit if unit else ''}, got {n}")
+    if n < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}{' ' + unit if unit else ''}, got {n}")
     return n
+
+
+def at_least_one(text: str, unit: str = "") -> int:
+    """``type=`` of a count flag: a whole number >= 1 (argparse names the flag in its error)."""
+    return at_least(text, 1, unit)
 
 
 def trials(text: str) -> int:

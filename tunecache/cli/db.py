@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tunecache.cli.common import add_db, add_output_options, at_least_one
+from tunecache.cli.common import add_db, add_output_options, at_least, at_least_one
 from tunecache.report import format_latency, format_table, plural
 
 __all__ = ["register"]
@@ -30,13 +30,7 @@ def _fmt_bytes(n: int | None) -> str:
 
 def _non_negative(text: str) -> int:
     """``type=`` of ``--limit``: a whole number >= 0."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {n}")
-    return n
+    return at_least(text, 0)
 
 
 def _table(rows: list[list[str]], header: list[str], wrap: tuple[str, ...] = ()) -> str:
