@@ -100,11 +100,13 @@ def test_second_compile_in_a_new_process_is_all_hits(tuned, cnn, tmp_path) -> No
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), first)
 
 
-def test_never_with_an_empty_store_falls_back_and_runs(tmp_path, cnn) -> None:
+def test_never_with_an_empty_store_predicts_programs_and_runs(tmp_path, cnn) -> None:
     cm = tunecache.compile(cnn.module, example_inputs=cnn.example_inputs, store=str(tmp_path / "empty.db"),
                            tune="never", progress=False)
-    assert all(t.outcome == "fallback" and t.trials == 0 for t in cm.report.tasks)
-    assert all("not in store" in t.note for t in cm.report.tasks)
+    assert cm.report.trials == 0 and cm.report.count("predicted") >= 1
+    assert all(t.outcome in ("predicted", "fallback") and t.latency_s is None for t in cm.report.tasks)
+    assert all("0 measurements" in t.note for t in cm.report.tasks if t.outcome == "predicted")
+    assert all("not in store" in t.note for t in cm.report.tasks if t.outcome == "fallback")
     with torch.no_grad():
         ref = cnn.module(*cnn.example_inputs)
     np.testing.assert_allclose(cm(*cnn.example_inputs).numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)

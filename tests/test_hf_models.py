@@ -90,7 +90,7 @@ def test_roberta_builds_with_an_empty_store():
     model, inputs = _text("RobertaModel", "RobertaConfig", pad_token_id=1, **_ENC)
     cm = _compile_and_compare(model, inputs)
     assert any(t.name.startswith("cumsum") for t in cm.report.tasks)
-    assert all(t.outcome == "fallback" for t in cm.report.tasks)
+    assert all(t.outcome in ("predicted", "fallback") for t in cm.report.tasks)
 
 
 def test_deberta_v2_keeps_its_layout():

@@ -3,7 +3,8 @@
 A model whose task differs from a stored model's only in shape: with ``tune="never"`` it is
 served by replaying the stored program (0 measurements, ``replayed`` naming the other model's
 task), with ``tune="auto"`` it is reused (a narrowed search of a few trials); outputs match
-NumPy either way. A replay that cannot be adapted falls back and says why.
+NumPy either way. A replay that cannot be adapted is predicted instead (issue 24) and says why;
+with no prediction either, the task falls back with both reasons.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def test_auto_reuses_the_other_models_program(warm: tuple[str, Any], tmp_path: P
     np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
 
 
-def test_a_replay_that_cannot_be_adapted_falls_back_with_the_reason(
+def test_a_replay_that_cannot_be_adapted_is_predicted_with_the_reason(
         warm: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     from tunecache.search.narrow import replay
 
@@ -79,14 +80,31 @@ def test_a_replay_that_cannot_be_adapted_falls_back_with_the_reason(
     monkeypatch.setattr(replay, "replayed_record", lambda *a, **k: "the tiling does not fit the new extents")
     cm = tunecache.compile(relax_matmul_relu(8, 16, 12), store=db, tune="never", progress=False)
     (task,) = cm.report.tasks
-    assert task.outcome == "fallback"
+    assert task.outcome == "predicted" and task.trials == 0
     assert "could be replayed" in task.note and "the tiling does not fit the new extents" in task.note
     x, w = _inputs(8, 16, 12)
     np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
 
 
-def test_nothing_similar_stored_falls_back_and_says_so(warm: tuple[str, Any], tmp_path: Path) -> None:
+def test_nothing_replayed_or_predicted_falls_back_with_both_reasons(
+        warm: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunecache.search import predict
+    from tunecache.search.narrow import replay
+
+    db, _source = warm
+    monkeypatch.setattr(replay, "replayed_record", lambda *a, **k: "the tiling does not fit the new extents")
+    monkeypatch.setattr(predict, "predict_task", lambda *a, **k: "no sketch to set decisions in")
+    cm = tunecache.compile(relax_matmul_relu(8, 16, 12), store=db, tune="never", progress=False)
+    (task,) = cm.report.tasks
+    assert task.outcome == "fallback"
+    assert "the tiling does not fit the new extents" in task.note and "no sketch to set decisions in" in task.note
+    x, w = _inputs(8, 16, 12)
+    np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_nothing_similar_stored_is_predicted_and_says_so(warm: tuple[str, Any], tmp_path: Path) -> None:
     cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=str(tmp_path / "empty.db"), tune="never",
                            progress=False)
     (task,) = cm.report.tasks
-    assert task.outcome == "fallback" and "no stored program of the same operator" in task.note
+    assert task.outcome == "predicted" and "no stored program of the same operator" in task.note
+    assert open_store(str(tmp_path / "empty.db")).count_records() == 0  # predicted, never stored

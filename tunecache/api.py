@@ -124,7 +124,8 @@ def compile(  # noqa: A001 - the product's verb
     tune
         ``"auto"``: tune misses; ``"never"``: measure nothing: a miss is served by replaying the
         most similar stored program (same operator and sketch at another size, reported as
-        ``replayed`` with its source), else compiles with TVM's default schedule (``fallback``);
+        ``replayed`` with its source), else by a program predicted from its design space
+        (``predicted``), else TVM's default schedule (``fallback``);
         ``"always"``: re-tune every task (the
         store's records seed the search).
     trials_per_task

@@ -1,4 +1,4 @@
-"""Zero-trial replays: a store miss served by a similar stored program, adapted, measured never.
+"""Zero-trial rungs: a store miss served by a similar stored program, or a predicted one.
 
 With ``tune="never"`` nothing is searched, yet a miss need not fall back to TVM's default
 schedule: when the store holds a program of a task of the same operator, layout and sketch at
@@ -10,14 +10,16 @@ tiling re-fit to the new extents. Sources come from the store's reuse index
 (:func:`tunecache.reuse.costs.reuse_cost`); a replay that cannot be adapted says why, and the
 task falls back.
 
-Replayed programs are served, never stored: they were not measured on their task.
+A miss with nothing to replay gets a program chosen from its own design space without
+measuring (:func:`tunecache.search.predict.predict_task`, reported ``predicted``). Replayed and
+predicted programs are served, never stored: they were not measured on their task.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tunecache.reuse.conditions import can_reuse
@@ -51,7 +53,10 @@ class Replay:
     source_name
         The source's task name.
     note
-        What was replayed from where, or why nothing was.
+        What was replayed from where, or how the program was predicted, or why neither was.
+    how
+        ``"replayed"`` (a similar stored program) or ``"predicted"`` (chosen from the task's
+        design space without measuring, :mod:`tunecache.search.predict`).
     """
 
     key: WorkloadKey
@@ -59,11 +64,14 @@ class Replay:
     source: str | None
     source_name: str
     note: str
+    how: str = "replayed"
 
 
 def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: Any, *,
-                  sources: int = SOURCES_TRIED, programs: int = PROGRAMS_PER_SOURCE) -> dict[WorkloadKey, Replay]:
-    """Serve each miss by replaying the most similar stored program on it (0 measurements).
+                  sources: int = SOURCES_TRIED, programs: int = PROGRAMS_PER_SOURCE,
+                  predict: bool = True) -> dict[WorkloadKey, Replay]:
+    """Serve each miss without measuring: the most similar stored program replayed on it, else a
+    program predicted from its own design space.
 
     Parameters
     ----------
@@ -75,6 +83,9 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
         The store.
     sources, programs
         Stored workloads tried per miss, and programs tried per workload.
+    predict
+        Give a miss with nothing to replay a predicted program
+        (:func:`tunecache.search.predict.predict_task`).
 
     Returns
     -------
@@ -119,4 +130,22 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                                      "no similar stored program could be replayed: " + "; ".join(reasons[:3]))
     n = sum(r.record is not None for r in out.values())
     log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
+    if predict:
+        for t in misses:
+            if out[t.key].record is None:
+                out[t.key] = _predict(t, target, hw, out[t.key])
     return out
+
+
+def _predict(task: Any, target: Any, hw: HardwareKey, missed: Replay) -> Replay:
+    """A program for ``task`` chosen from its design space without measuring, or why there is none."""
+    from tunecache.search.predict import predict_task
+
+    try:
+        got = predict_task(task.mod, task.key, hw, target)
+    except Exception as err:  # noqa: BLE001 - a task the rung cannot handle falls back
+        got = f"prediction failed: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    if isinstance(got, str):
+        return replace(missed, note=f"{missed.note}; no program predicted: {got}")
+    rec, how = got
+    return Replay(task.key, rec, None, "", f"{how} (nothing similar replayed: {missed.note})", how="predicted")

@@ -238,7 +238,7 @@ class CompileReport:
         """
         most = self.budget.get("max_trials")
         trials = plural(self.trials, "trial") if most is None else f"{self.trials} of at most {most} trials"
-        replayed = f"{self.count('replayed')} replayed, " if self.count("replayed") else ""
+        replayed = "".join(f"{self.count(o)} {o}, " for o in ("replayed", "predicted") if self.count(o))
         return (
             f"{plural(len(self.tasks), 'task')}: {self.count('hit')} hit, {replayed}{self.count('reused')} reused, "
             f"{self.count('tuned')} tuned ({trials}, {format_seconds(self.seconds_tuning)}), "
@@ -347,7 +347,8 @@ def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, A
                                    latency_s=latency, note="re-tune found nothing better; stored record used"))
         elif t.key in replays and replays[t.key].record is not None:
             r = replays[t.key]
-            rows.append(TaskReport(**common, outcome="replayed", source=r.source_name or r.source, note=r.note))
+            rows.append(TaskReport(**common, outcome="predicted" if r.how == "predicted" else "replayed",
+                                   source=r.source_name or r.source, note=r.note))
         else:
             if s is not None:
                 note = s.note

@@ -17,7 +17,7 @@ __all__ = ["OUTCOMES", "Outcome", "SearchContext", "TaskOutcome", "DEFAULT_ESCAL
 
 #: hit: served from the store; reused: narrowed search from a similar workload; tuned: full
 #: search; fallback: compiled with TVM's default schedule (no record).
-Outcome = Literal["hit", "replayed", "reused", "tuned", "fallback"]
+Outcome = Literal["hit", "replayed", "predicted", "reused", "tuned", "fallback"]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 #: Escalate a reused program whose throughput is below this fraction of its source's.

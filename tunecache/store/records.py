@@ -35,7 +35,7 @@ __all__ = [
 #: it is "not a valid measurement".
 INVALID_RUN_SECS = 1e9
 #: How a record was obtained.
-PROVENANCE_KINDS = frozenset({"tuned", "reused", "imported", "remeasured", "verified", "replayed"})
+PROVENANCE_KINDS = frozenset({"tuned", "reused", "imported", "remeasured", "verified", "replayed", "predicted"})
 
 # Limits for data read from files or other people's stores.
 MAX_JSON_CHARS = 4_000_000

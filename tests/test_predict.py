@@ -1,0 +1,151 @@
+"""The zero-measurement rung (issue 24): a program for a task chosen without measuring anything.
+
+Tiny real workloads (a dense, an NHWC conv, a softmax): the predicted program is correct
+against NumPy and is a real schedule (its trace tiles, its TIR is parallel and vectorized);
+the decisions follow the target's SIMD width; the record it gives was never measured. Speed is
+``tools/bench_zero_trial.py``'s business, not a unit test's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from _models import te_conv, te_matmul
+
+from tunecache.store.records import Record
+
+pytestmark = pytest.mark.tvm
+
+
+@pytest.fixture(scope="module")
+def tvm() -> Any:
+    from tunecache.tvm_layer import load_tvm
+
+    return load_tvm()
+
+
+@pytest.fixture(scope="module")
+def target(tvm: Any) -> Any:
+    from tunecache.tvm_layer.target import host_cpu_target
+
+    return host_cpu_target()
+
+
+def _softmax(tvm: Any) -> Any:
+    from tvm import te, topi
+
+    x = te.placeholder((4, 32, 64), name="x")
+    return tvm.IRModule({"main": te.create_prim_func([x, topi.nn.softmax(x)])})
+
+
+def _reference(kind: str, inputs: list[np.ndarray]) -> np.ndarray:
+    if kind == "dense":
+        return inputs[0] @ inputs[1]
+    if kind == "conv":  # NHWC data, HWIO weights, 3x3, pad 1
+        x, w = inputs
+        xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        n, h, wd, _ = x.shape
+        out = np.zeros((n, h, wd, w.shape[3]), "float32")
+        for dy in range(3):
+            for dx in range(3):
+                out += np.einsum("nhwc,ck->nhwk", xp[:, dy:dy + h, dx:dx + wd, :], w[dy, dx])
+        return out
+    x = inputs[0]
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _task(tvm: Any, kind: str) -> Any:
+    if kind == "dense":
+        return te_matmul(tvm, 64, 64, 64)
+    if kind == "conv":
+        return te_conv(tvm, (1, 14, 14, 32), 3, 32, pad=1, layout="NHWC")
+    return _softmax(tvm)
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv", "softmax"])
+def test_predicted_program_is_correct_and_a_real_schedule(tvm: Any, target: Any, kind: str) -> None:
+    from tunecache.search.predict import Prediction, predict_program
+
+    mod = _task(tvm, kind)
+    got = predict_program(mod, target)
+    assert isinstance(got, Prediction), got
+    assert "0 measurements" in got.how
+
+    insts = got.sch.trace.as_json()[0]
+    kinds = [str(i[0]) for i in insts]
+    text = str(got.sch.mod)
+    assert "T.parallel" in text and "T.vectorized" in text  # parallel outer loop, SIMD inner loop
+    if kind in ("dense", "conv"):
+        assert kinds.count("Split") >= 3  # a multi-level tiling, not the naive loop nest
+        assert "EnterPostproc" in kinds
+
+    rng = np.random.default_rng(0)
+    func = mod["main"]
+    shapes = [[int(x) for x in p.shape] for p in func.params]
+    inputs = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]]
+    ex = tvm.compile(got.sch.mod, target=target)
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.zeros(shapes[-1], "float32"), device=dev)
+    ex["main"](*[tvm.runtime.tensor(x, device=dev) for x in inputs], out)
+    np.testing.assert_allclose(out.numpy(), _reference(kind, inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("mcpu", "lanes"), [("skylake-avx512", 16), ("haswell", 8)])
+def test_register_tile_follows_the_simd_width(tvm: Any, mcpu: str, lanes: int) -> None:
+    from tunecache.search.predict import VECTORS, predict_program
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": mcpu})
+    got = predict_program(te_matmul(tvm, 64, 128, 64), target)
+    assert not isinstance(got, str), got
+    insts, decisions = got.sch.trace.as_json()
+    tiles = [[int(x) for x in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
+    i_tile, j_tile, k_tile = tiles[:3]
+    assert j_tile[-1] == VECTORS * lanes  # innermost space tile: whole vectors
+    assert i_tile[-1] > 1  # several rows of accumulators
+    assert i_tile[0] * j_tile[0] >= 2  # outer tiles: at least one parallel item per core
+    assert np.prod(k_tile) == 64 and k_tile[1] > 1
+
+
+def test_prediction_is_deterministic(tvm: Any, target: Any) -> None:
+    from tunecache.search.predict import predict_program
+
+    mod = te_conv(tvm, (1, 8, 8, 16), 3, 16, pad=1, layout="NHWC")
+    a, b = predict_program(mod, target), predict_program(mod, target, seed=7)
+    assert not isinstance(a, str) and not isinstance(b, str)
+    assert str(a.sch.mod) == str(b.sch.mod)
+
+
+def test_no_design_space_is_a_reason_not_an_error(target: Any) -> None:
+    from tunecache.search.predict import predict_program
+
+    got = predict_program("not a module", target)
+    assert isinstance(got, str) and got
+
+
+def test_predicted_record_is_served_never_measured(tvm: Any, target: Any) -> None:
+    from tunecache.search.predict import predict_task, predicted_record
+    from tunecache.tvm_layer.convert import record_to_tvm, workload_of
+    from tunecache.tvm_layer.target import hardware_key
+
+    mod = te_matmul(tvm, 32, 32, 32)
+    key, _, workload = workload_of(mod)
+    hw = hardware_key(target)
+    rec = predicted_record(mod, key, hw, target)
+    assert isinstance(rec, Record), rec
+    assert rec.provenance.kind == "predicted"
+    assert rec.latency_s is None and rec.run_secs == () and not rec.is_valid
+    assert rec.workload == key and rec.hardware == hw
+    again = predicted_record(mod, key, hw, target)
+    assert isinstance(again, Record) and again.uid == rec.uid  # same prediction, same record
+    with_how = predict_task(mod, key, hw, target)
+    assert not isinstance(with_how, str) and with_how[0].uid == rec.uid and "analytic" in with_how[1]
+
+    from tvm.s_tir import Schedule
+
+    tr = record_to_tvm(rec, workload, target)  # loads as a MetaSchedule record
+    sch = Schedule(mod, seed=1)
+    tr.trace.apply_to_schedule(sch, remove_postproc=False)
+    assert "T.vectorized" in str(sch.mod)

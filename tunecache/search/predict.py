@@ -1,0 +1,435 @@
+"""A program for a task without measuring anything: MetaSchedule's sketches, decisions set by rule.
+
+With ``tune="never"`` a miss with no stored program to replay used to fall back to TVM's default
+schedule, a naive loop nest (BERT's 128x768 by 768x3072 dense: 273 ms against PyTorch's 8 ms,
+issue 24). This module is the rung between a replay and that fallback: it generates the task's
+design space (the same sketches a search would sample, ``post-order-apply``) and sets every
+sampled decision analytically, from the target and the host's caches, instead of at random:
+
+* **tiles** (``SamplePerfectTile`` of a multi-level tiling, ``SSRSRS`` on CPU): the innermost
+  tile of the last spatial axis is the SIMD width in elements (``avx512f``: 16 floats, ``avx2``:
+  8), the innermost tile of the spatial axis before it a few rows (:data:`ROWS`), so the
+  register tile is ``ROWS`` vectors of accumulators; the inner reduction tile is sized so that one
+  step's panels fit half of L1; the outermost tiles give at least :data:`PAR_PER_CORE` parallel
+  items per physical core (outer axes first), and the rest goes to the second level, where the
+  parallel postprocessor does not fuse it;
+* other tiles (an ``rfactor`` split): the inner part a SIMD width;
+* **unroll** (``SampleCategorical``): :data:`UNROLL` (a middle value of ``[0, 16, 64, 512]``);
+* **compute locations**: the block's root where TVM accepts it (as a replay's open sites:
+  :func:`~tunecache.search.narrow.align.open_picks`), inlining only when nothing else is.
+
+One candidate per sketch is replayed and postprocessed with the repository's
+:class:`~tunecache.search.narrow.align.Materializer`; a static score of the postprocessed TIR
+(:func:`~tunecache.tvm_layer.features.cpu_features`: enough parallel items, a full vector
+width, working sets within L1 and L2) picks one. Nothing is built or run.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tunecache.store.keys import HardwareKey, WorkloadKey
+from tunecache.store.records import Provenance, Record, decode_trace
+
+__all__ = [
+    "PAR_PER_CORE",
+    "PROVENANCE_KIND",
+    "ROWS",
+    "UNROLL",
+    "CacheSizes",
+    "Prediction",
+    "cache_sizes",
+    "predict_program",
+    "predict_task",
+    "predicted_record",
+]
+
+#: Provenance kind of a predicted record.
+PROVENANCE_KIND = "predicted"
+#: Rows of the register tile (innermost tile of the spatial axis before the vector axis);
+#: ``None``: 8 with 512-bit vectors (32 vector registers), else 4, so that the ``ROWS x VECTORS``
+#: accumulators take half the vector registers.
+ROWS: int | None = None
+#: Vectors of the register tile along the vector axis (innermost tile = VECTORS x SIMD width).
+VECTORS = 2
+#: Register tiles per outer-reduction step along the row and vector axes (second-innermost level).
+MID = 2
+#: Parallel items wanted per physical core (the outermost tiles' product).
+PAR_PER_CORE = 4
+#: The unroll step chosen among ``SampleCategorical``'s candidates (the nearest one).
+UNROLL = 64
+
+
+@dataclass(frozen=True)
+class CacheSizes:
+    """Per-core data cache sizes in bytes."""
+
+    l1: int = 32 * 1024
+    l2: int = 512 * 1024
+
+
+@functools.lru_cache(maxsize=1)
+def cache_sizes() -> CacheSizes:
+    """The host's L1 data and L2 sizes from ``/sys/devices/system/cpu/cpu0/cache`` (defaults:
+    32 KiB and 512 KiB where it cannot be read)."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    found: dict[int, int] = {}
+    try:
+        for name in os.listdir(base):
+            if not name.startswith("index"):
+                continue
+            path = os.path.join(base, name)
+            with open(os.path.join(path, "level")) as f:
+                level = int(f.read().strip())
+            with open(os.path.join(path, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(path, "size")) as f:
+                text = f.read().strip().upper()
+            if kind == "Instruction":
+                continue
+            mult = {"K": 1024, "M": 1024 * 1024}.get(text[-1:], 1)
+            size = int(text.rstrip("KM")) * mult
+            found[level] = size
+    except (OSError, ValueError):
+        pass
+    d = CacheSizes()
+    return CacheSizes(found.get(1, d.l1), found.get(2, d.l2))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The program :func:`predict_program` chose.
+
+    Attributes
+    ----------
+    sch
+        The postprocessed ``tvm.s_tir.Schedule`` (its ``trace`` is the program).
+    how
+        One line: which sketch, which decisions, and why.
+    sketch
+        Index of the chosen sketch in the task's design space.
+    decisions
+        Sampling-site index -> the decision TVM applied.
+    """
+
+    sch: Any
+    how: str
+    sketch: int
+    decisions: dict[int, Any]
+
+
+# --------------------------------------------------------------------------------------------
+# Decisions
+# --------------------------------------------------------------------------------------------
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _largest_divisor(n: int, cap: float) -> int:
+    """The largest divisor of ``n`` that is at most ``cap`` (at least 1)."""
+    return max((d for d in _divisors(n) if d <= cap), default=1)
+
+
+def _nearest_divisor(n: int, want: int) -> int:
+    """The divisor of ``n`` closest to ``want`` (on a log scale; the larger on a tie)."""
+    return min(_divisors(n), key=lambda d: (abs(math.log(d / want)), -d))
+
+
+def _lanes(target: Any, bits: int = 32) -> int:
+    from tunecache.search.narrow.search import _simd_lanes
+
+    try:
+        return _simd_lanes(target, bits)
+    except Exception:  # noqa: BLE001 - not an x86 target: 128-bit vectors
+        return max(1, 128 // bits)
+
+
+def _cores(target: Any) -> int:
+    try:
+        n = int(target.attrs.get("num-cores", 0) or 0)
+    except Exception:  # noqa: BLE001
+        n = 0
+    if n <= 0:
+        from tunecache.tvm_layer.target import physical_cores
+
+        n = physical_cores()
+    return max(1, n)
+
+
+@dataclass
+class _TileGroup:
+    """The tile sites of one block's loops (one ``GetLoops``), in loop order."""
+
+    spatial: list[tuple[int, int]]  # (site index, extent)
+    reduction: list[tuple[int, int]]
+
+
+def _tile_groups(insts: list[Any], decisions: dict[int, Any], sites: dict[int, Any]) -> list[_TileGroup]:
+    """Group the multi-level tiling sites by the ``GetLoops`` that produced their loops."""
+    producer: dict[str, int] = {}
+    for i, (kind, _inputs, _attrs, outputs) in enumerate(insts):
+        if kind == "GetLoops":
+            for o in outputs:
+                producer[str(o)] = i
+    groups: dict[int, _TileGroup] = {}
+    for idx, site in sorted(sites.items()):
+        if site.kind != "tile" or site.role not in ("spatial", "reduction") or idx not in decisions:
+            continue
+        loop = str(insts[idx][1][0])
+        g = groups.setdefault(producer.get(loop, -1), _TileGroup([], []))
+        extent = math.prod(int(x) for x in decisions[idx])
+        (g.spatial if site.role == "spatial" else g.reduction).append((idx, extent))
+    return list(groups.values())
+
+
+def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSizes,
+                dtype_bytes: int = 4) -> dict[int, list[int]]:
+    """Analytic tiles for one multi-level-tiled block (``n_s`` spatial levels, 2 reduction)."""
+    out: dict[int, list[int]] = {}
+    ext = {idx: e for idx, e in g.spatial}
+    t = {idx: [1] * n_s for idx, _ in g.spatial}
+    real = [idx for idx, e in g.spatial if e > 1]
+    vec = real[-1] if real else None
+    row = real[-2] if len(real) > 1 else None
+    rem = dict(ext)
+    # Register tile: innermost level.
+    if vec is not None:
+        t[vec][-1] = _largest_divisor(ext[vec], lanes * VECTORS)
+        if t[vec][-1] < lanes and ext[vec] % lanes:  # a short axis: take all of it if small
+            t[vec][-1] = _largest_divisor(ext[vec], 2 * lanes)
+        rem[vec] //= t[vec][-1]
+    if row is not None:
+        rows_wanted = ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)
+        t[row][-1] = _largest_divisor(ext[row], rows_wanted)
+        rem[row] //= t[row][-1]
+    # Parallel items: outermost level, outer axes first; leave the vector axis unless needed.
+    want = cores * PAR_PER_CORE
+    have = 1
+    order = [idx for idx, _ in g.spatial if idx != vec] + ([vec] if vec is not None else [])
+    for idx in order:
+        if have >= want:
+            break
+        f = _largest_divisor(rem[idx], want / have)
+        if have * f < cores and idx != vec and rem[idx] > f:
+            f = _nearest_divisor(rem[idx], math.ceil(want / have))
+        t[idx][0] = f
+        rem[idx] //= f
+        have *= f
+    # Second-innermost level (inside the outer reduction tile): a few register tiles, so one
+    # outer-reduction step reuses the panels it loaded.
+    if n_s >= 3:
+        if row is not None:
+            t[row][-2] = _largest_divisor(rem[row], MID)
+            rem[row] //= t[row][-2]
+        if vec is not None:
+            t[vec][-2] = _largest_divisor(rem[vec], MID)
+            rem[vec] //= t[vec][-2]
+    # The rest in the second level (outside the reduction, not fused into the parallel loop).
+    for idx, _ in g.spatial:
+        lvl = 1 if n_s >= 3 else 0
+        t[idx][lvl] *= rem[idx]
+        out[idx] = t[idx]
+    # Reduction: the last axis' inner tile sized so one step's panels fit half of L1.
+    rows = math.prod(t[idx][-1] * (t[idx][-2] if n_s >= 3 else 1) for idx, _ in g.spatial if idx != vec)
+    cols = (t[vec][-1] * (t[vec][-2] if n_s >= 3 else 1)) if vec is not None else 1
+    red = [idx for idx, e in g.reduction if e > 1]
+    for idx, e in g.reduction:
+        out[idx] = [e, 1]
+    if red:
+        last = red[-1]
+        e = dict(g.reduction)[last]
+        budget = caches.l1 // 2 // dtype_bytes - rows * cols
+        k = max(1, budget // max(1, rows + cols))
+        inner = _largest_divisor(e, min(k, 64))
+        out[last] = [e // inner, inner]
+    return out
+
+
+def _analytic_decisions(skeleton: Any, target: Any) -> tuple[dict[int, Any], str]:
+    """Decisions for every site of ``skeleton`` but compute locations (left open)."""
+    lanes, cores, caches = _lanes(target), _cores(target), cache_sizes()
+    tiling = ""
+    for inst in skeleton.insts:
+        if inst[0] == "Annotate" and inst[2] == ["meta_schedule.tiling_structure"]:
+            tiling = str(inst[1][1]).strip('"')
+    n_s = tiling.count("S") or 4
+    out: dict[int, Any] = {}
+    for g in _tile_groups(skeleton.insts, skeleton.decisions, skeleton.sites):
+        out.update(_tile_group(g, n_s, lanes, cores, caches))
+    for idx, site in sorted(skeleton.sites.items()):
+        if idx in out or site.kind == "compute_location":
+            continue
+        if site.kind == "tile":
+            extent = math.prod(int(x) for x in skeleton.decisions.get(idx, [1]))
+            inner = _largest_divisor(extent, min(lanes, max(1, site.max_innermost)))
+            out[idx] = [1] * (site.n - 2) + [extent // inner, inner] if site.n >= 2 else [extent]
+        elif site.kind == "categorical":
+            choices = [int(c) for c in skeleton.insts[idx][2][0]]
+            out[idx] = min(range(len(choices)), key=lambda c: (abs(choices[c] - UNROLL), c))
+    tiles = [out[i] for i, s in sorted(skeleton.sites.items()) if s.kind == "tile" and i in out]
+    return out, f"tiles {tiles} (SIMD {lanes}, {cores} cores, L1 {caches.l1 // 1024} KiB)"
+
+
+# --------------------------------------------------------------------------------------------
+# Ranking without measuring
+# --------------------------------------------------------------------------------------------
+
+
+def _static_score(cand: Any, lanes: int, cores: int, caches: CacheSizes, n_sites: int,
+                  at_root: float = 0.0) -> tuple[float, ...]:
+    """Lower is better: missing parallelism first, then producers left at the root (a pass
+    over memory each), missing vector width, caches, then the simpler sketch (fewer sampled
+    decisions)."""
+    f = cand.features
+    if f is None:
+        return (9.0, 9.0, 9.0, 9.0, float(n_sites))
+    par = 0.0 if f.parallel_extent >= cores else 1.0 - f.parallel_extent / cores
+    vec = 0.0 if f.vector_lanes >= lanes else 1.0 - f.vector_lanes / lanes
+    l1 = max(0.0, math.log2(max(1, f.inner_footprint_bytes) / caches.l1))
+    l2 = max(0.0, math.log2(max(1, f.item_footprint_bytes) / caches.l2))
+    return (round(par, 3), round(at_root, 3), round(vec, 3), round(l1 + l2, 3), float(n_sites))
+
+
+def _middle_location(mat: Any, skeleton: Any, applied: dict[int, Any], idx: int, limit: int = 24) -> int:
+    """The middle of the loop locations TVM accepts at open site ``idx`` (the root if none).
+
+    Like :func:`~tunecache.search.narrow.align.open_locations`, but stops probing once TVM
+    clamps an index to the last loop (it replays an index past the last loop as that loop):
+    a softmax's nine sketches took 4 s with every index probed.
+    """
+    loops: list[int] = []
+    for value in range(0, limit):
+        got = mat.replay(skeleton, {**applied, idx: value}, probe=True)
+        loc = None if got is None else got[1].get(idx)
+        if loc is not None and int(loc) >= 0 and int(loc) not in loops:
+            loops.append(int(loc))
+        if loc is not None and int(loc) < value:
+            break
+    loops.sort()
+    return loops[len(loops) // 2] if loops else -1
+
+
+def _design_space_skeletons(mod: Any, target: Any) -> list[Any]:
+    from tunecache.search.narrow.align import Skeleton
+    from tunecache.tvm_layer.sketch import _design_space
+
+    out = []
+    for i, sch in enumerate(_design_space(mod, target)):
+        out.append(Skeleton(i, decode_trace(sch.trace.as_json())))
+    return out
+
+
+def predict_program(mod: Any, target: Any, *, seed: int = 0) -> Prediction | str:
+    """Choose a program for a TIR task without measuring anything.
+
+    Parameters
+    ----------
+    mod
+        The task: a TIR ``IRModule`` (or ``PrimFunc``).
+    target
+        A ``tvm.target.Target`` (or a target dict). CPU (``llvm``) targets get the analytic
+        decisions; others get them too, but are not what the rules were written for.
+    seed
+        Seeds the replay schedule (decisions do not depend on it).
+
+    Returns
+    -------
+    Prediction or str
+        The chosen postprocessed schedule with a one-line ``how``, or a one-line reason there
+        is none (the caller falls back to TVM's default schedule).
+    """
+    from tunecache.search.narrow.align import Materializer, Skeleton, open_picks
+    from tunecache.search.narrow.replay import as_ir_module
+    from tunecache.tvm_layer.sketch import as_target
+
+    try:
+        target = as_target(target)
+        mod = as_ir_module(mod)
+        skeletons = _design_space_skeletons(mod, target)
+    except Exception as err:  # noqa: BLE001 - a task MetaSchedule cannot describe is a reason
+        return f"no design space: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    if not skeletons:
+        return "the design space is empty"
+    lanes, cores, caches = _lanes(target), _cores(target), cache_sizes()
+    mat = Materializer(mod, target, seed)
+    best: tuple[tuple[float, ...], int, Any, str] | None = None
+    for sk in skeletons:
+        chosen, how = _analytic_decisions(sk, target)
+        open_sk = Skeleton(sk.source, sk.trace_json(chosen))  # compute locations left open
+        tiled = bool(_tile_groups(sk.insts, sk.decisions, sk.sites))
+        try:
+            # Tiled (a conv's pad_temp): the block's root. Untiled chains (softmax, norms): the
+            # middle accepted loop, which keeps a row's stages together (root 1.4-1.7x slower,
+            # the deepest loop 10x on a 12x128x128 softmax).
+            if tiled:
+                pick = open_picks(mat, open_sk, dict(chosen), 1)[0]
+            else:
+                pick = {**chosen, **{i: _middle_location(mat, open_sk, chosen, i) for i in open_sk.open_sites}}
+            cand = mat.materialize(open_sk, pick)
+        except Exception:  # noqa: BLE001 - one sketch failing is not the task failing
+            cand = None
+        if cand is None:
+            continue
+        locs = [cand.decisions.get(i) for i in open_sk.open_sites]
+        at_root = 0.0 if tiled or not locs else sum(v == -1 for v in locs) / len(locs)
+        score = _static_score(cand, lanes, cores, caches, len(sk.sites), at_root)
+        if best is None or score < best[0]:
+            best = (score, sk.source, cand, how)
+    if best is None:
+        return (f"no sketch of {len(skeletons)} gave a valid program with analytic decisions "
+                f"({mat.failed_replay} failed to replay, {mat.failed_postproc} rejected by a postprocessor)")
+    score, index, cand, how = best
+    return Prediction(cand.sch, f"analytic, sketch {index + 1} of {len(skeletons)}: {how}; "
+                      f"unroll {UNROLL}; static score {list(score)}; 0 measurements", index, cand.decisions)
+
+
+def predicted_record(mod: Any, key: WorkloadKey, hardware: HardwareKey, target: Any, *,
+                     seed: int = 0) -> Record | str:
+    """Return :func:`predict_program`'s program as the task's record, or why there is none.
+
+    The record has no run times (nothing was measured: ``latency_s`` is ``None``), provenance
+    :data:`PROVENANCE_KIND`, and a uid
+    derived from the task, the hardware and the trace, so the same prediction is the same record
+    (a library cached from it is found again). It is meant to be served, never stored as a
+    measurement. :func:`predict_task` also returns how the program was chosen.
+    """
+    got = predict_task(mod, key, hardware, target, seed=seed)
+    return got if isinstance(got, str) else got[0]
+
+
+def predict_task(mod: Any, key: WorkloadKey, hardware: HardwareKey, target: Any, *,
+                 seed: int = 0) -> tuple[Record, str] | str:
+    """:func:`predicted_record` with :attr:`Prediction.how` (for the report's note)."""
+    import json
+
+    from tunecache.errors import InvalidRecordError
+    from tunecache.search.narrow.replay import as_ir_module
+    from tunecache.tvm_layer import load_tvm
+    from tunecache.tvm_layer.convert import record_from_tvm
+    from tunecache.tvm_layer.sketch import as_target
+
+    target = as_target(target)
+    got = predict_program(mod, target, seed=seed)
+    if isinstance(got, str):
+        return got
+    load_tvm()
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        tr = ms.database.TuningRecord(
+            got.sch.trace, ms.database.Workload(as_ir_module(mod)), None, target,
+            ms.arg_info.ArgInfo.from_entry_func(got.sch.mod, remove_preproc=True))
+        prov = Provenance(kind=PROVENANCE_KIND, tvm_version=hardware.tvm_version)
+        rec = record_from_tvm(tr, key, hardware, prov)
+    except (InvalidRecordError, TypeError, ValueError) as err:
+        return f"the predicted program cannot be recorded: {err}"
+    digest = hashlib.sha256(json.dumps(rec.trace, sort_keys=True).encode()).hexdigest()[:16]
+    uid = hashlib.sha256(f"predict/1|{key}|{hardware.id}|{digest}".encode()).hexdigest()[:32]
+    return replace(rec, uid=uid), got.how
