@@ -7,8 +7,9 @@ design space (the same sketches a search would sample, ``post-order-apply``) and
 sampled decision analytically, from the target and the host's caches, instead of at random:
 
 * **tiles** (``SamplePerfectTile`` of a multi-level tiling, ``SSRSRS`` on CPU): the innermost
-  tile of the last spatial axis is the SIMD width in elements (``avx512f``: 16 floats, ``avx2``:
-  8), the innermost tile of the spatial axis before it a few rows (:data:`ROWS`), so the
+  tile of the last spatial axis is :data:`VECTORS` SIMD widths in elements (``avx512f``: 16
+  floats, ``avx2``: 8; one vector measured 2.4x slower on BERT's dense), the innermost tile
+  of the spatial axis before it a few rows (:data:`ROWS`), so the
   register tile is ``ROWS`` vectors of accumulators; the inner reduction tile is sized so that one
   step's panels fit half of L1; the outermost tiles give at least :data:`PAR_PER_CORE` parallel
   items per physical core (outer axes first), and the rest goes to the second level, where the
@@ -21,7 +22,9 @@ sampled decision analytically, from the target and the host's caches, instead of
 One candidate per sketch is replayed and postprocessed with the repository's
 :class:`~tunecache.search.narrow.align.Materializer`; a static score of the postprocessed TIR
 (:func:`~tunecache.tvm_layer.features.cpu_features`: enough parallel items, a full vector
-width, working sets within L1 and L2) picks one. Nothing is built or run.
+width, working sets within L1 and L2) picks one. Nothing is built or run. The cache sizes are
+this host's (a cross-compile gets this host's, not the target's); the constants were set by
+interleaved measurements on one AVX-512 Xeon (``tools/bench_zero_trial.py``).
 """
 
 from __future__ import annotations
