@@ -379,4 +379,4 @@ def test_compile_with_a_memory_store_says_nothing_will_be_kept(tmp_path) -> None
     assert not any(bad in proc.stderr for bad in THIRD_PARTY), proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 100, proc.stdout
-    assert "6 tasks: 0 hit, 0 reused, 0 tuned (0 trials" in proc.stdout
+    assert "6 tasks: 0 hit, 6 predicted, 0 reused, 0 tuned (0 trials" in proc.stdout
