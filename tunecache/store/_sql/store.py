@@ -604,10 +604,21 @@ class Store(BaseStore):
         )
 
         def do(sess: Session) -> list[StoredWorkload]:
-            q = select(WorkloadRow).where(WorkloadRow.mod_json != "", has_program, ~indexed).order_by(WorkloadRow.id)
-            if limit is not None:
-                q = q.limit(limit)
-            return [workload_value(w) for w in sess.scalars(q)]
+            # Ids first (the workload key index and two index probes a row, no module read),
+            # then the rows of those ids that have a module, a page at a time.
+            out: list[StoredWorkload] = []
+            after = 0
+            page = 500 if limit is None else max(1, min(limit, 500))
+            while limit is None or len(out) < limit:
+                ids = list(sess.scalars(select(WorkloadRow.id).where(WorkloadRow.id > after, ~indexed, has_program)
+                                        .order_by(WorkloadRow.id).limit(page)))
+                if not ids:
+                    break
+                rows = sess.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(ids), WorkloadRow.mod_json != "")
+                                    .order_by(WorkloadRow.id))
+                out += [workload_value(w) for w in rows]
+                after = ids[-1]
+            return out if limit is None else out[:limit]
 
         return self._db.run(do, write=False)
 
