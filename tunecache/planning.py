@@ -91,15 +91,12 @@ def index_workloads(store: Any, hw: HardwareKey, target: Any, *, limit: int | No
     list of ReuseEntry
         The entries of the unindexed workloads (also when the store could not keep them).
     """
-    from tunecache.tvm_layer.bridges import describe_tasks
-    from tunecache.tvm_layer.convert import workload_from_json
-
     out: list[ReuseEntry] = []
     batch = 200
     while limit is None or len(out) < limit:
         want = batch if limit is None else min(batch, limit - len(out))
         todo = store.unindexed_workloads(hw, limit=want)
-        made, fresh = _index_batch(store, hw, target, todo, workload_from_json, describe_tasks)
+        made, fresh = _index_batch(store, hw, target, todo)
         out += made
         if store.read_only or len(todo) < want or not fresh:
             break  # a read-only store would hand the same workloads back
@@ -113,12 +110,14 @@ def index_workloads(store: Any, hw: HardwareKey, target: Any, *, limit: int | No
     return out
 
 
-def _index_batch(store: Any, hw: HardwareKey, target: Any, todo: Sequence[Any], decode: Any,
-                 describe: Any) -> tuple[list[ReuseEntry], int]:
+def _index_batch(store: Any, hw: HardwareKey, target: Any, todo: Sequence[Any]) -> tuple[list[ReuseEntry], int]:
     """Describe one batch of unindexed workloads; commit their entries when the store is writable.
 
     Returns the batch's entries and how many of them were made here (not found in the index).
     """
+    from tunecache.tvm_layer import convert
+    from tunecache.tvm_layer.bridges import describe_tasks
+
     if not todo:
         return [], 0
     known = {e.workload: e for e in store.reuse_entries(hw.target_id, [w.key for w in todo])}
@@ -127,8 +126,8 @@ def _index_batch(store: Any, hw: HardwareKey, target: Any, todo: Sequence[Any], 
         if sw.key in known:
             continue
         try:
-            mod = decode(sw.key, sw.mod_json).mod
-            (task,) = describe([(sw.key, sw.desc.name or sw.key.shash[:8], 0.0, mod)], target)
+            mod = convert.workload_from_json(sw.key, sw.mod_json).mod
+            (task,) = describe_tasks([(sw.key, sw.desc.name or sw.key.shash[:8], 0.0, mod)], target)
             fresh.append(entry_of(task, hw.target_id))
         except Exception as err:  # noqa: BLE001 - an unreadable stored workload is never a source
             log.debug("tunecache: stored workload %s is not a reuse source: %s", sw.key, err)
