@@ -15,20 +15,22 @@ pays for it.
         [--backends sqlite postgresql] [--related-share 0.02] [--cache-dir /tmp/tc_scale_cache]
 
 *The store* holds real workloads: real TIR IRModules whose keys and JSON are MetaSchedule's,
-made from ~150 operator templates (conv1d/2d/3d, transposed, depthwise and grouped convolutions,
-matmul and batch matmul; several layouts, dtypes, paddings and fused epilogues) at many shapes
-by ``materialize_bridge``, plus the model's own tasks as templates (tools/_synth_store.py). Each
-workload is committed as a compile leaves it: ``commit_workload(key, describe_module(mod),
-mod_json)``, its reuse-index entry (``commit_reuse_entries``, 500 a call; nest from
-``tvm_layer.loopnest.analyze`` of the workload itself), and ``--records-per-workload`` records
-(``commit_records``, 1000 a call) whose traces are real sampled traces of the template (design
-space + postprocessors, TuningRecord JSON, decodable) with run times from a latency model, 5%
-failed. No tuning. Sizes are nested: each size adds workloads to the previous store.
+made from ~250 operator templates in ~50 reuse groups (conv1d/2d/3d, transposed, depthwise and
+grouped convolutions, matmul and batch matmul; several layouts, dtypes, paddings and fused
+epilogues) at many shapes by ``materialize_bridge``, plus the model's own missing tasks as
+templates (tools/_synth_store.py). Each workload is committed as a compile leaves it:
+``commit_workload(key, describe_module(mod), mod_json)``, its reuse-index entry
+(``commit_reuse_entries``, 500 a call; nest from ``tvm_layer.loopnest.analyze`` of the workload
+itself), and ``--records-per-workload`` records (``commit_records``, 1000 a call) whose traces
+are real sampled traces of the template (design space + postprocessors, TuningRecord JSON,
+decodable) with run times from a latency model, 5% failed. No tuning. Sizes are nested: each
+size adds workloads to the previous store.
 
-*The shortcut* (stated in the JSON's ``method``): describing a workload through TVM costs
-~5-25 ms (a MetaSchedule design space for its sketch), too much for 100k workloads on 2 cores;
-the sketch (decision digest) is computed once per template and reused for its other shapes,
-every 50th workload is described in full to check it (``generation.sketch_checked`` /
+*The shortcut* (stated in the JSON's ``method``): describing a workload in full through TVM
+costs ~4-11 ms more than the rest (a MetaSchedule design space for its sketch; measured and
+reported in ``per_workload_cost_ms``), most of the generation time at 100k workloads on 2
+cores; the sketch (decision digest) is computed once per template and reused for its other
+shapes, every 50th workload is described in full to check it (``generation.sketch_checked`` /
 ``sketch_mismatched``). Everything else is computed per workload. Generation runs in worker
 processes before the stores are built and is cached on disk (not part of ``build_s``).
 
@@ -51,7 +53,10 @@ and code generation* for the 10-miss model: ``pipeline.lookup`` of all 23 tasks 
 ``search.budget.bounded_plan``, i.e. everything ``compile_model`` does between extracting the
 tasks and starting the first search, minus importing and preparing the model (which does not
 depend on the store). ``exponents`` are least-squares log-log slopes of those times against the
-number of workloads.
+number of workloads. ``diagnostic_plan_10_misses_no_bridges_without_calibration_read`` is
+``make_plan`` with ``planning.CALIBRATION_RECORDS = 0`` (what planning costs without reading the
+newest records to calibrate seconds per trial). Load averages are recorded at each point: the
+machine may be shared.
 """
 
 from __future__ import annotations
