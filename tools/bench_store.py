@@ -193,6 +193,22 @@ def machine_info() -> dict[str, Any]:
             "note": "a shared 2-core machine: other jobs may run beside this one (see the load averages)"}
 
 
+def library_state() -> dict[str, Any]:
+    """The commit of the checkout and the library files modified in it (others edit it meanwhile)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"head": git("rev-parse", "--short", "HEAD"), "head_subject": git("log", "-1", "--format=%s")[:200],
+            "modified": git("status", "--porcelain", "--", "tunecache").splitlines()}
+
+
 def _slope(xs: list[float], ys: list[float]) -> float | None:
     pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=False) if x > 0 and y and y > 0]
     if len(pts) < 2:
@@ -314,14 +330,20 @@ def _measure_phases(store: Any, model: _Model, hw: Any) -> dict[str, Any]:
                                                               limit=SOURCES_PER_MISS, exclude=planned))
         cand_t.append(dt)
         n_cand += len(got)
-    dt_cal, recs = _timed(lambda: list(islice(store.iter_records(hardware=hw, valid_only=True, newest_first=True),
-                                             CALIBRATION_RECORDS)))
+    if hasattr(store, "recent_provenance"):  # what make_plan reads to calibrate (no traces)
+        dt_cal, recs = _timed(lambda: store.recent_provenance(hw, limit=CALIBRATION_RECORDS))
+    else:
+        dt_cal, recs = _timed(lambda: list(islice(store.iter_records(hardware=hw, valid_only=True, newest_first=True),
+                                                 CALIBRATION_RECORDS)))
+    dt_iter, _ = _timed(lambda: list(islice(store.iter_records(hardware=hw, valid_only=True, newest_first=True),
+                                           CALIBRATION_RECORDS)))
     dt_failed, _ = _timed(lambda: [store.records(hardware=hw, workload=t.key) for t in model.misses10])
     return {
         "unindexed_workloads_s": round(dt_unindexed, 4), "unindexed_found": len(unindexed),
         "reuse_candidates_s_per_miss_median": round(statistics.median(cand_t), 5),
         "reuse_candidates_s_per_miss_max": round(max(cand_t), 5), "reuse_candidates_found": n_cand,
-        "calibration_iter_records_s": round(dt_cal, 4), "calibration_records": len(recs),
+        "calibration_read_s": round(dt_cal, 4), "calibration_records": len(recs),
+        "iter_records_2000_newest_s": round(dt_iter, 4),
         "lookup_failed_check_records_s": round(dt_failed, 4),
     }
 
@@ -553,6 +575,14 @@ def scale_main(a: Any) -> None:
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     t0 = time.time()
+    lib_state = library_state()
+    # Import now what the measurements call, so the run uses the library recorded above.
+    import tunecache.config
+    import tunecache.library
+    import tunecache.pipeline
+    import tunecache.planning
+    import tunecache.search.budget  # noqa: F401
+
     logging.getLogger("tunecache").setLevel(logging.WARNING)
     target = resolve_target(None)
     hw = hardware_key(target)
@@ -602,6 +632,7 @@ def scale_main(a: Any) -> None:
     report = {
         "benchmark": "store-scale",
         "machine": machine_info(),
+        "library_at_start": lib_state,
         "method": {
             "workloads": "real TIR IRModules: operator templates materialized at many shapes "
                          "(tvm_layer.bridges.materialize_bridge); key and mod_json from MetaSchedule's Workload; "

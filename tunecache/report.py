@@ -348,7 +348,8 @@ def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, A
         elif t.key in replays and replays[t.key].record is not None:
             r = replays[t.key]
             rows.append(TaskReport(**common, outcome="predicted" if r.how == "predicted" else "replayed",
-                                   source=r.source_name or r.source, note=r.note))
+                                   source=r.source_name or r.source,
+                                   note=f"{r.note}; not in store: {store.explain_miss(t.key, hw).reason}"))
         else:
             if s is not None:
                 note = s.note
