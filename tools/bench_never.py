@@ -31,14 +31,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+    """The host CPU's model name, as the store's host fingerprint reads it."""
+    from tunecache.tvm_layer.target import host_fingerprint
+
+    return host_fingerprint().cpu_model or "unknown"
 
 
 def compile_arm(module: Any, inputs: Any, predicted: bool) -> tuple[Any, float]:
