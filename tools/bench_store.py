@@ -173,13 +173,13 @@ def _log(msg: str) -> None:
 
 
 def machine_info() -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.lower().startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
+    cpu, isa = "", ()
+    try:  # the CPU model as the store's host fingerprint reads it (family and model included)
+        from tunecache.tvm_layer.target import host_fingerprint
+
+        fp = host_fingerprint()
+        cpu, isa = fp.cpu_model, fp.isa
+    except Exception:  # noqa: BLE001 - a description only
         pass
     try:
         import tvm
@@ -187,7 +187,8 @@ def machine_info() -> dict[str, Any]:
         tvm_version = str(tvm.__version__)
     except Exception:  # noqa: BLE001
         tvm_version = "?"
-    return {"cpu": cpu or platform.processor(), "logical_cpus": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": cpu or platform.processor(), "isa": list(isa), "logical_cpus": os.cpu_count(),
+            "python": platform.python_version(),
             "tvm": tvm_version, "platform": platform.platform(),
             "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
             "note": "a shared 2-core machine: other jobs may run beside this one (see the load averages)"}
@@ -473,6 +474,7 @@ def bench_scale(url: str, a: Any, env: dict[str, Any]) -> dict[str, Any]:
     store = Store(url)
     rng = random.Random(a.seed)
     out: dict[str, Any] = {"backend": store.backend, "sizes": []}
+    env["results"].append(out)
     _commit_hits(store, model, target, hw, a.records_per_workload, rng)
     have = 0
     stored: list[tuple[Any, bool]] = []  # (key, related) of the generated workloads committed
@@ -525,6 +527,7 @@ def bench_scale(url: str, a: Any, env: dict[str, Any]) -> dict[str, Any]:
         point["compile_overhead_10_misses"] = _measure_overhead(store, model, target, hw)
         _log(f"{store.backend}: {json.dumps(point['plan'])}")
         out["sizes"].append(point)
+        env["save"]()
         if inc["stopped_by_budget"]:
             break
     store.close()
@@ -539,6 +542,7 @@ def bench_scale(url: str, a: Any, env: dict[str, Any]) -> dict[str, Any]:
         exps["lookup_p50"] = _slope(xs, [p["lookup"]["p50_ms"] for p in pts])
         exps["points"] = xs
     out["exponents_vs_workloads"] = exps
+    env["save"]()
     return out
 
 
@@ -612,25 +616,13 @@ def scale_main(a: Any) -> None:
     checked, mismatched = syn.verification(directory, n_max)
     gen.update({"workloads": n_max, "sketch_checked": checked, "sketch_mismatched": mismatched,
                 "templates_s": round(t_templates, 1), "cache_dir": str(directory)})
-    env = {"target": target, "hw": hw, "model": model, "templates": templates, "dir": directory}
-    results = []
-    with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
-        if "sqlite" in a.backends:
-            results.append(bench_scale(os.path.join(tmp, "scale.db"), a, env))
-            os.remove(os.path.join(tmp, "scale.db"))
-        if "postgresql" in a.backends:
-            import psycopg
-
-            with pg_server() as admin:
-                with psycopg.connect(admin, autocommit=True) as c:
-                    c.execute("DROP DATABASE IF EXISTS tc_scale")
-                    c.execute("CREATE DATABASE tc_scale")
-                results.append(bench_scale(admin.rsplit("/", 1)[0] + "/tc_scale", a, env))
     fam_counts: dict[str, int] = {}
     for t in templates:
         fam_counts[t.proto.family] = fam_counts.get(t.proto.family, 0) + 1
+    results: list[dict[str, Any]] = []
     report = {
         "benchmark": "store-scale",
+        "complete": False,
         "machine": machine_info(),
         "library_at_start": lib_state,
         "method": {
@@ -662,13 +654,32 @@ def scale_main(a: Any) -> None:
         "per_workload_cost_ms": probe,
         "generation": gen,
         "results": results,
-        "goals_at_10k_workloads": _goals(results),
-        "wall_s": round(time.time() - t0, 1),
     }
-    text = json.dumps(report, indent=2)
-    if a.out:
-        Path(a.out).write_text(text + "\n", encoding="utf-8")
-    print(text)
+
+    def save() -> None:  # after every point, so a run cut short still leaves its measurements
+        report["goals_at_10k_workloads"] = _goals(results)
+        report["wall_s"] = round(time.time() - t0, 1)
+        if a.out:
+            Path(a.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+    env = {"target": target, "hw": hw, "model": model, "templates": templates, "dir": directory,
+           "results": results, "save": save}
+    with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
+        if "sqlite" in a.backends:
+            bench_scale(os.path.join(tmp, "scale.db"), a, env)
+            os.remove(os.path.join(tmp, "scale.db"))
+        if "postgresql" in a.backends:
+            import psycopg
+
+            with pg_server() as admin:
+                with psycopg.connect(admin, autocommit=True) as c:
+                    c.execute("DROP DATABASE IF EXISTS tc_scale")
+                    c.execute("CREATE DATABASE tc_scale")
+                bench_scale(admin.rsplit("/", 1)[0] + "/tc_scale", a, env)
+    report["complete"] = True
+    save()
+    print(json.dumps(report, indent=2))
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
