@@ -241,12 +241,12 @@ def test_ray_without_a_cluster_is_one_line_naming_the_address() -> None:
     import ray
 
     from tunecache.errors import ConfigError
-    from tunecache.warming import _ray_cluster
+    from tunecache.warming import ray_cluster
 
     if ray.is_initialized():
         pytest.skip("Ray is running in this process")
     try:
-        with _ray_cluster("auto"):
+        with ray_cluster("auto"):
             pytest.skip("a Ray cluster is running on this machine")
     except ConfigError as err:
         assert "--address auto" in str(err) and "ray start --head" in str(err)

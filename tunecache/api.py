@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunecache.config import DEFAULT_TRIALS_PER_TASK, check_seconds, check_trials
+from tunecache.config import DEFAULT_TRIALS_PER_TASK, TUNE_MODES, check_seconds, check_trials
 from tunecache.errors import ConfigError
 from tunecache.report import CompileReport
 from tunecache.store import open_store
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CompiledModel", "compile", "check_output_path", "DEFAULT_TRIALS_PER_TASK", "TUNE_MODES"]
 
-#: auto: tune misses; never: only use the store (misses fall back); always: re-tune every task.
-TUNE_MODES = ("auto", "never", "always")
 #: Suffixes :meth:`CompiledModel.export_library` writes: a shared library, or a tar of object files.
 LIBRARY_SUFFIXES = (".so", ".tar")
 
@@ -43,13 +42,60 @@ class CompiledModel:
     """
 
     def __init__(self, executable: Any, imported: Any, target: Any, report: CompileReport,
-                 library_path: Path | None = None) -> None:
+                 library_path: Path | None = None, recompile: Callable[[], CompiledModel] | None = None,
+                 store: BaseStore | None = None, hardware: Any = None) -> None:
         self.executable = executable
         self.imported = imported
         self.target = target
         self.report = report
         self._library_path = library_path  # set when the executable was loaded from the library cache
         self._vm: Any = None
+        self._recompile = recompile  # the same compile again, measuring nothing (refresh)
+        self._store, self._hardware = store, hardware
+
+    def improvable(self) -> list[str]:
+        """Return the tasks for which the store now holds a program other than the one this model
+        was built with (tuned since, e.g. by ``tunecache worker``).
+
+        Raises
+        ------
+        ConfigError
+            If this model was not made by :func:`compile` (nothing to compare with).
+        """
+        from tunecache.store.keys import WorkloadKey
+
+        if self._store is None or self._hardware is None:
+            raise ConfigError("this CompiledModel was not made by tunecache.compile: it cannot be refreshed")
+        out = []
+        for t in self.report.tasks:
+            if t.name.startswith("[bridge]"):
+                continue
+            mod_eq, _, shash = t.workload.partition(":")
+            best = next(iter(self._store.best_k(WorkloadKey(shash, mod_eq), self._hardware, 1)), None)
+            if best is not None and best.uid != t.record:
+                out.append(t.name)
+        return out
+
+    def refresh(self) -> CompiledModel:
+        """Return this model rebuilt with the store's better programs, or ``self`` when it has none.
+
+        For a model compiled with ``tune="background"``: once ``tunecache worker`` has tuned
+        some of its tasks, ``cm = cm.refresh()`` serves them, without importing the model
+        again. The rebuild measures nothing (tasks still missing are served as before, and a
+        background model's are queued again). Cheap when nothing changed: one store lookup a task.
+
+        Returns
+        -------
+        CompiledModel
+
+        Raises
+        ------
+        ConfigError
+            If this model was not made by :func:`compile`.
+        """
+        if not self.improvable() or self._recompile is None:
+            return self
+        return self._recompile()
 
     def __call__(self, *inputs: Any) -> Any:
         """Run the model: numpy arrays or torch tensors in, the same kind out."""
@@ -102,6 +148,7 @@ def compile(  # noqa: A001 - the product's verb
     progress: bool = True,
     escalate_below: float | None = None,
     library_cache: str | os.PathLike[str] | bool | None = None,
+    name: str | None = None,
 ) -> CompiledModel:
     """Compile ``model`` for ``target`` with the store's tuned programs; tune what is missing.
 
@@ -126,8 +173,10 @@ def compile(  # noqa: A001 - the product's verb
         most similar stored program (same operator and sketch at another size, reported as
         ``replayed`` with its source), else by a program predicted from its design space
         (``predicted``), else TVM's default schedule (``fallback``);
-        ``"always"``: re-tune every task (the
-        store's records seed the search).
+        ``"background"``: as ``"never"``, and every miss is queued in the store for
+        ``tunecache worker``, which tunes it later (:meth:`CompiledModel.refresh` then picks the
+        tuned programs up); ``"always"``: re-tune every task (the store's records seed the
+        search).
     trials_per_task
         Trial budget per missed task.
     time_budget_s
@@ -148,6 +197,9 @@ def compile(  # noqa: A001 - the product's verb
         (``$TUNECACHE_LIB_CACHE`` or ``~/.cache/tunecache/libs``), a directory, or ``False`` to
         always build. A compile whose model, target and chosen records match a cached library
         loads it instead of generating code again.
+    name
+        The model's name in the tuning queue (``tune="background"``; default: the class name of
+        a ``torch.nn.Module``, the file name of an ONNX file).
 
     Returns
     -------
@@ -174,11 +226,28 @@ def compile(  # noqa: A001 - the product's verb
 
     tgt = resolve_target(target)  # a bad target is an error before the model is imported
     imported = frontend.import_model(model, example_inputs)
-    executable, library_path, report = compile_model(
-        imported, tgt, hardware_key(tgt), open_store(store, overlay=overlay), tune=tune,
-        trials_per_task=trials_per_task, time_budget_s=time_budget_s, seed=seed, work_dir=work_dir,
-        progress=progress, escalate_below=escalate_below, cache=_library_cache(library_cache))
-    return CompiledModel(executable, imported, tgt, report, library_path)
+    hw = hardware_key(tgt)
+    st = open_store(store, overlay=overlay)
+    cache = _library_cache(library_cache)
+    label = name if name is not None else _model_name(model)
+
+    def run(mode: str) -> CompiledModel:
+        executable, library_path, report = compile_model(
+            imported, tgt, hw, st, tune=mode, trials_per_task=trials_per_task, time_budget_s=time_budget_s,
+            seed=seed, work_dir=work_dir, progress=progress, escalate_below=escalate_below, cache=cache,
+            model_name=label)
+        again = "background" if mode == "background" else "never"
+        return CompiledModel(executable, imported, tgt, report, library_path, recompile=lambda: run(again),
+                             store=st, hardware=hw)
+
+    return run(tune)
+
+
+def _model_name(model: Any) -> str:
+    """A name for the tuning queue: a module's class name, a file's stem, else the type's name."""
+    if isinstance(model, (str, os.PathLike)):
+        return Path(model).stem
+    return type(model).__name__
 
 
 def check_output_path(path: str | os.PathLike[str]) -> Path:

@@ -14,6 +14,10 @@ TUNECACHE_USER
 TUNECACHE_LIB_CACHE
     Directory of built model libraries (:mod:`tunecache.libcache`; default
     ``$XDG_CACHE_HOME/tunecache/libs``), or ``off`` to always build.
+TUNECACHE_TUNE
+    Tuning mode of compiles that are not given one explicitly: the ``torch.compile`` backend
+    and ``CompiledModel`` variants of new shapes (``auto``, ``never``, ``background``,
+    ``always``; default ``background``).
 TUNECACHE_DEBUG
     ``1`` (or ``true``, ``yes``): the command line prints tracebacks and third-party warnings and
     logs, as ``--debug`` does.
@@ -36,6 +40,11 @@ ENV_USER = "TUNECACHE_USER"
 ENV_LIB_CACHE = "TUNECACHE_LIB_CACHE"
 ENV_TVM_THREADS = "TVM_NUM_THREADS"
 ENV_DEBUG = "TUNECACHE_DEBUG"
+ENV_TUNE = "TUNECACHE_TUNE"
+
+#: Every tuning mode: ``auto`` tunes misses now; ``never`` measures nothing; ``background``
+#: measures nothing now and queues the misses for ``tunecache worker``; ``always`` re-tunes.
+TUNE_MODES = ("auto", "never", "background", "always")
 
 #: Trials of one task's full search when none is given: ``tunecache.compile``'s
 #: ``trials_per_task``, ``tunecache.warm``'s ``full_trials`` and ``--trials-per-task`` /
@@ -107,6 +116,23 @@ def default_library_cache_dir() -> Path | None:
     if value.lower() in ("off", "0", "no", "false", "none"):
         return None
     return Path(value) if value else default_cache_dir() / "libs"
+
+
+def default_tune_mode() -> str:
+    """Return ``TUNECACHE_TUNE`` (default ``background``): the mode of compiles started for the
+    user (the ``torch.compile`` backend, new shapes of a ``dynamic=True`` model).
+
+    Raises
+    ------
+    ConfigError
+        If the variable names no mode of :data:`TUNE_MODES`.
+    """
+    from tunecache.errors import ConfigError
+
+    value = os.environ.get(ENV_TUNE, "").strip().lower() or "background"
+    if value not in TUNE_MODES:
+        raise ConfigError(f"{ENV_TUNE}={value!r} is not one of {', '.join(TUNE_MODES)}")
+    return value
 
 
 def current_user() -> str:

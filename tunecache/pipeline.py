@@ -156,11 +156,12 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
 def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
                   time_budget_s: float | None = None, seed: int | None = None, work_dir: Any = None,
                   progress: bool = True, escalate_below: float | None = None,
-                  cache: Any = None) -> tuple[Any, Path | None, Any]:
+                  cache: Any = None, model_name: str = "") -> tuple[Any, Path | None, Any]:
     """The whole ladder for one imported model; return ``(executable, library path, report)``.
 
     ``tune``, ``trials_per_task``, ... as in :func:`tunecache.compile`; ``cache`` is a
-    :class:`tunecache.libcache.LibraryCache` or ``None``. The report is a
+    :class:`tunecache.libcache.LibraryCache` or ``None``; ``model_name`` names the model in
+    the tuning queue (``tune="background"``). The report is a
     :class:`~tunecache.report.CompileReport` with the compile's context and timings.
     """
     from tunecache import library
@@ -183,7 +184,7 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
     misses = found.misses(tasks, tune)
     miss_keys = {t.key for t in misses}
     result = None
-    if misses and tune != "never":                                                    # 2-3. plan, search
+    if misses and tune in ("auto", "always"):                                         # 2-3. plan, search
         library.commit_workloads(misses, store)
         with _progress(progress, time_budget_s) as printer:
             result = search(misses, target, store, hw, trials_per_task=trials_per_task, reuse=tune != "always",
@@ -192,22 +193,45 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
             if printer is not None:
                 printer.close(result.trials)
     replays = {}
-    if misses and tune == "never":                                                    # 2'. replay
+    queued: frozenset[WorkloadKey] = frozenset()
+    if misses and tune in ("never", "background"):                                    # 2'. replay
         from tunecache.replay import replay_misses
 
         replays = replay_misses(misses, target, hw, store)
+        if tune == "background":                                                      # 2''. queue
+            queued = _queue(misses, replays, store, hw, model_name)
     final = dict(found.best)
     final.update({t.key: next(iter(store.best_k(t.key, hw, 1)), None) for t in misses})  # searched: read again
     t_build = time.time()                                                             # 4. build
     with frontend.degraded_kernels() as degraded:
         executable, path, how = library.build(mod, target, store, hw, tasks, final, cache, model_id,
                                               {k: r.record for k, r in replays.items() if r.record is not None})
-    report = compile_report(tasks, found, result, final, tune, store, hw, replays)    # 5. report
+    report = compile_report(tasks, found, result, final, tune, store, hw, replays, queued)  # 5. report
     report = report.annotate(frontend.preparation_notes(mod), degraded)
     if result is not None:
         budget["estimated_trials"] = result.estimated_trials
         budget["max_trials"] = result.max_trials
     return executable, path, report.finish(target, hw, t0, result.seconds if result else 0.0, budget, how, t_build)
+
+
+def _queue(misses: Sequence[Any], replays: dict[WorkloadKey, Any], store: Any, hw: HardwareKey,
+           model_name: str) -> frozenset[WorkloadKey]:
+    """Queue a background compile's misses for ``tunecache worker``; return the keys queued.
+
+    A read-only store queues nothing (the report says so through the outcome notes)."""
+    import logging
+
+    from tunecache import library
+    from tunecache.errors import ReadOnlyStoreError
+    from tunecache.queueing import queue_entries
+
+    try:
+        library.commit_workloads(misses, store)
+        store.enqueue(queue_entries(misses, replays, hw, model_name))
+    except ReadOnlyStoreError as err:
+        logging.getLogger("tunecache").warning("tunecache: nothing queued for tuning: %s", err)
+        return frozenset()
+    return frozenset(t.key for t in misses if not store.is_done(t.key, hw))
 
 
 @contextlib.contextmanager

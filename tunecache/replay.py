@@ -57,6 +57,11 @@ class Replay:
     how
         ``"replayed"`` (a similar stored program) or ``"predicted"`` (chosen from the task's
         design space without measuring, :mod:`tunecache.search.predict`).
+    work
+        The miss's iteration-space size (its major loop nest's; 0 when it was not described).
+    source_latency_s
+        For a replay: the source program's measured latency, scaled by ``work`` over the
+        source's work (an estimate of a tuned program's latency on the miss).
     """
 
     key: WorkloadKey
@@ -65,6 +70,8 @@ class Replay:
     source_name: str
     note: str
     how: str = "replayed"
+    work: float = 0.0
+    source_latency_s: float | None = None
 
 
 def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: Any, *,
@@ -104,11 +111,13 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
     cm = CostModel()
     out: dict[WorkloadKey, Replay] = {}
     for t, d in zip(misses, described, strict=True):
+        work = float(d.nest.work)
         near = [s for s in reuse_sources(store, hw, [d], exclude=skip, extra=extra)
                 if can_reuse(s.nest, d.nest, s.sketch, d.sketch).ok]
         near.sort(key=lambda s: (reuse_cost(s.nest, d.nest, cm)[1], str(s.key)))
         if not near:
-            out[t.key] = Replay(t.key, None, None, "", "no stored program of the same operator, layout and sketch")
+            out[t.key] = Replay(t.key, None, None, "", "no stored program of the same operator, layout and sketch",
+                                work=work)
             continue
         reasons: list[str] = []
         found: Replay | None = None
@@ -119,15 +128,17 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                 except Exception as err:  # noqa: BLE001 - one source failing is a reason, not an error
                     got = f"replaying record {rec.uid} failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
                 if isinstance(got, Record):
+                    scaled = None if rec.latency_s is None else rec.latency_s * work / max(float(s.nest.work), 1.0)
                     found = Replay(t.key, got, str(s.key), s.name,
                                    f"replayed from {s.name} {list(s.nest.extents)} onto {list(d.nest.extents)}, "
-                                   "0 measurements")
+                                   "0 measurements", work=work, source_latency_s=scaled)
                     break
                 reasons.append(f"{s.name}: {got}")
             if found is not None:
                 break
         out[t.key] = found or Replay(t.key, None, str(near[0].key), near[0].name,
-                                     "no similar stored program could be replayed: " + "; ".join(reasons[:3]))
+                                     "no similar stored program could be replayed: " + "; ".join(reasons[:3]),
+                                     work=work)
     n = sum(r.record is not None for r in out.values())
     log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
     if predict:
@@ -148,4 +159,5 @@ def _predict(task: Any, target: Any, hw: HardwareKey, missed: Replay) -> Replay:
     if isinstance(got, str):
         return replace(missed, note=f"{missed.note}; no program predicted: {got}")
     rec, how = got
-    return Replay(task.key, rec, None, "", f"{how} (nothing similar replayed: {missed.note})", how="predicted")
+    return Replay(task.key, rec, None, "", f"{how} (nothing similar replayed: {missed.note})", how="predicted",
+                  work=missed.work)

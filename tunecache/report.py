@@ -6,7 +6,7 @@ import json
 import logging
 import textwrap
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -187,6 +187,12 @@ class TaskReport:
         program was replayed (no measurement).
     note
         Why: e.g. the miss explanation, or why a task fell back.
+    queued
+        Queued for ``tunecache worker`` (``tune="background"``): served as reported until a
+        later compile or :meth:`~tunecache.api.CompiledModel.refresh` picks up its tuned program.
+    record
+        The uid of the stored record the task was built with (``None``: a replayed, predicted
+        or fallback program, or a bridge).
     """
 
     name: str
@@ -200,6 +206,8 @@ class TaskReport:
     latency_s: float | None = None
     source: str | None = None
     note: str = ""
+    queued: bool = False
+    record: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
@@ -231,6 +239,11 @@ class CompileReport:
         """Return the total measurements spent."""
         return sum(t.trials for t in self.tasks)
 
+    @property
+    def queued(self) -> tuple[str, ...]:
+        """Return the names of the tasks queued for ``tunecache worker`` (``tune="background"``)."""
+        return tuple(t.name for t in self.tasks if t.queued)
+
     def summary(self) -> str:
         """Return the one-line summary, e.g. ``22 tasks: 19 hit, 0 reused, 3 tuned (...)``.
 
@@ -239,10 +252,11 @@ class CompileReport:
         most = self.budget.get("max_trials")
         trials = plural(self.trials, "trial") if most is None else f"{self.trials} of at most {most} trials"
         replayed = "".join(f"{self.count(o)} {o}, " for o in ("replayed", "predicted") if self.count(o))
+        queued = f"; {len(self.queued)} queued for tuning" if self.queued else ""
         return (
             f"{plural(len(self.tasks), 'task')}: {self.count('hit')} hit, {replayed}{self.count('reused')} reused, "
             f"{self.count('tuned')} tuned ({trials}, {format_seconds(self.seconds_tuning)}), "
-            f"{self.count('fallback')} fallback"
+            f"{self.count('fallback')} fallback{queued}"
         )
 
     def annotate(self, notes: Sequence[str], degraded: Mapping[str, str]) -> CompileReport:
@@ -273,6 +287,7 @@ class CompileReport:
                 "seconds_build": self.seconds_build,
                 "trials": self.trials,
                 "counts": {o: self.count(o) for o in OUTCOMES},
+                "queued": list(self.queued),
                 "budget": self.budget,
                 "tasks": [t.to_dict() for t in self.tasks],
                 "notes": list(self.notes),
@@ -303,7 +318,8 @@ class CompileReport:
 
 
 def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, Any], tune: str, store: Any,
-                   hw: Any, replays: dict[Any, Any] | None = None) -> CompileReport:
+                   hw: Any, replays: dict[Any, Any] | None = None,
+                   queued: Collection[Any] = ()) -> CompileReport:
     """Report every task of a compile, and every bridge its plan tuned.
 
     Parameters
@@ -323,8 +339,11 @@ def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, A
     replays
         How the misses of ``tune="never"`` were replayed (:class:`tunecache.replay.Replay` by
         workload key): a replayed miss is reported ``replayed`` with its source.
+    queued
+        Workload keys queued for ``tunecache worker`` (``tune="background"``).
     """
     replays = replays or {}
+    unmeasured = tune in ("never", "background")
     rows = []
     for t in tasks:
         rec = best.get(t.key)
@@ -353,17 +372,23 @@ def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, A
         else:
             if s is not None:
                 note = s.note
-            elif t.key in lookup.failed and tune != "never":
+            elif t.key in lookup.failed and not unmeasured:
                 note = ("searched before on this hardware: no candidate built and ran; "
                         "TVM's default schedule (tune='always' searches again)")
-            elif tune == "never":
-                note = "not in store (tune='never'): " + store.explain_miss(t.key, hw).reason
+            elif unmeasured:
+                note = f"not in store (tune={tune!r}): " + store.explain_miss(t.key, hw).reason
                 if t.key in replays:
                     note += "; " + replays[t.key].note
             else:
                 note = "not searched"
             rows.append(TaskReport(**common, outcome="fallback", trials=s.trials if s else 0,
                                    seconds=s.seconds if s else 0.0, note=note))
+    uids = {str(t.key): best[t.key].uid for t in tasks if best.get(t.key) is not None}
+    rows = [replace(r, record=uids.get(r.workload)) if r.outcome in ("hit", "reused", "tuned") else r for r in rows]
+    if queued:
+        waiting = {str(k) for k in queued}
+        rows = [replace(r, queued=True, note=r.note + "; queued for tuning") if r.workload in waiting else r
+                for r in rows]
     if result is not None:
         for node, nest in result.plan.bridges.items():  # operators tuned so that tasks could reuse them
             if node in result.outcomes:

@@ -21,7 +21,7 @@ from tunecache.progress import ProgressPrinter
 from tunecache.report import WarmReport
 from tunecache.values import TaskOutcome
 
-__all__ = ["WarmReport", "collect_model_tasks", "warm", "load_zoo_file"]
+__all__ = ["WarmReport", "collect_model_tasks", "warm", "warm_tasks", "load_zoo_file", "ray_cluster"]
 
 
 def load_zoo_file(path: str | Path) -> tuple[list[str], list[Any]]:
@@ -160,22 +160,28 @@ def warm(
     tgt = resolve_target(target)
     hw = hardware_key(tgt)
     st = open_store(store)
-    with _ray_cluster(address if executor == "ray" and not dry_run else None):
-        return _warm(models, tgt, hw, st, t0, full_trials=full_trials, reuse_trials=reuse_trials,
-                     time_budget_s=time_budget_s, executor=executor, address=address, runner=runner,
-                     bridges=bridges, dry_run=dry_run, seed=seed, progress=progress, holder=holder)
+    with ray_cluster(address if executor == "ray" and not dry_run else None):
+        tasks = collect_model_tasks(list(models), tgt)
+        return warm_tasks(tasks, tgt, hw, st, t0, full_trials=full_trials, reuse_trials=reuse_trials,
+                          time_budget_s=time_budget_s, executor=executor, address=address, runner=runner,
+                          bridges=bridges, dry_run=dry_run, seed=seed, progress=progress, holder=holder)
 
 
-def _warm(models: Sequence[str], tgt: Any, hw: Any, st: Any, t0: float, *, full_trials: int, reuse_trials: int,
-          time_budget_s: float | None, executor: str, address: str | None, runner: str | None, bridges: bool,
-          dry_run: bool, seed: int | None, progress: bool, holder: str | None) -> WarmReport:
-    """The body of :func:`warm`, once the target, store and cluster are there."""
+def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, full_trials: int,
+               reuse_trials: int, time_budget_s: float | None, executor: str = "local", address: str | None = None,
+               runner: str | None = None, bridges: bool = True, dry_run: bool = False, seed: int | None = None,
+               progress: bool = True, holder: str | None = None, label: str = "warm") -> WarmReport:
+    """The body of :func:`warm` once the tasks, target, store and cluster are there (the
+    worker's too, :mod:`tunecache.worker`): plan the tasks not done, execute the plan.
+
+    ``tasks`` have ``key``, ``name``, ``weight``, ``mod``; ``t0`` is when the caller started;
+    ``label`` names the progress line. Other parameters as in :func:`warm`.
+    """
     from tunecache.pipeline import stored_records
     from tunecache.planning import make_plan
     from tunecache.search.budget import bounded_plan, plan_budget, plan_estimate
     from tunecache.tvm_layer.bridges import materialize_bridge
 
-    tasks = collect_model_tasks(list(models), tgt)
     # A task with records but no done mark was interrupted: it is planned again (resumed). Done
     # tasks are not planned, and stay reuse sources for the others.
     done = [t for t in tasks if st.is_done(t.key, hw)]
@@ -194,7 +200,7 @@ def _warm(models: Sequence[str], tgt: Any, hw: Any, st: Any, t0: float, *, full_
     mods = {t.node: next(x.mod for x in todo if x.key == t.key) for t in mp.tasks.values()}
     mods.update({n: materialize_bridge(nest, nest.extents) for n, nest in mp.bridges.items()})
     timeline: list[tuple[float, int]] = []
-    printer = ProgressPrinter(label="warm", time_budget_s=time_budget_s) if progress else None
+    printer = ProgressPrinter(label=label, time_budget_s=time_budget_s) if progress else None
 
     def on_round(event: Any) -> None:
         timeline.append((time.time() - t0, int(event.total_trials)))
@@ -244,7 +250,7 @@ def _warm(models: Sequence[str], tgt: Any, hw: Any, st: Any, t0: float, *, full_
 
 
 @contextlib.contextmanager
-def _ray_cluster(address: str | None) -> Iterator[None]:
+def ray_cluster(address: str | None) -> Iterator[None]:
     """Join the Ray cluster at ``address`` for the duration (nothing for ``None``: the executor
     starts a local instance), saying in a sentence when no cluster answers."""
     if address is None:

@@ -56,6 +56,7 @@ def _cmd_compile(a: argparse.Namespace) -> int:
         example_inputs=inputs,
         store=store,
         tune=a.tune,
+        name=name,
         trials_per_task=a.budget,
         time_budget_s=a.time_budget,
         seed=a.seed,
@@ -71,6 +72,9 @@ def _cmd_compile(a: argparse.Namespace) -> int:
         print(cm.report.summary())
     else:
         print(cm.report)
+    if cm.report.queued and not a.quiet:
+        print(f"tunecache: {len(cm.report.queued)} tasks queued for tuning; `tunecache worker --once --db ...` "
+              "tunes them, and the next compile serves what it tuned", file=sys.stderr)
     if out is not None:
         path = cm.export_library(out)
         if not a.quiet:
@@ -112,7 +116,10 @@ def register(sub: Any) -> None:
     add_db(p)
     p.add_argument("--overlay", metavar="URL", default=None,
                    help="local store in front of a read-only --db: hits from both, new records go here")
-    p.add_argument("--tune", choices=("auto", "never", "always"), default="auto")
+    p.add_argument("--tune", choices=("auto", "never", "background", "always"), default="auto",
+                   help="auto: tune misses now; never: measure nothing (replayed, predicted or default "
+                        "programs); background: as never, and queue the misses for `tunecache worker`; "
+                        "always: re-tune every task")
     add_budget(p, "--trials-per-task", "--budget", what="trials of one task's search")
     p.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
                    help="wall-clock budget of all tuning")

@@ -61,6 +61,51 @@ def _cmd_db_stats(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_db_queue(a: argparse.Namespace) -> int:
+    from tunecache.report import format_seconds
+    from tunecache.store import open_store
+
+    st = open_store(a.db, read_only=True, create=False)
+    hw = None
+    if a.hardware:
+        hw = next((h for h in st.hardware_keys() if h.id.startswith(a.hardware)), None)
+        if hw is None:
+            waiting = {e.hardware.id for e in st.queued()}
+            raise_for = ", ".join(sorted(waiting)) or "none"
+            from tunecache.errors import ConfigError
+
+            raise ConfigError(f"--hardware {a.hardware}: no hardware key with records starts with it "
+                              f"(keys with queued tasks: {raise_for}); see `tunecache db stats`")
+    entries = st.queued(hw, limit=a.limit or None)
+    if a.model:
+        entries = [e for e in entries if a.model in e.models]
+    if a.json:
+        print(json.dumps([{"name": e.name, "workload": str(e.workload), "hardware": e.hardware.id,
+                           "weight": e.weight, "priority": e.priority, "served": e.served,
+                           "models": list(e.models), "requests": e.requests, "queued_at": e.queued_at,
+                           "held_by": st.claim_holder(e.workload, e.hardware)} for e in entries], indent=2))
+        return 0
+    if not entries:
+        print("the tuning queue is empty" + (f" for model {a.model}" if a.model else ""))
+        return 0
+    import time
+
+    now = time.time()
+    rows = [[e.name, f"{e.priority:.3g}", str(e.weight), e.served, ", ".join(e.models) or "-",
+             format_seconds(now - e.queued_at), st.claim_holder(e.workload, e.hardware) or "-", e.hardware.id[:12]]
+            for e in entries]
+    print(_table(rows, ["task", "priority", "w", "served as", "models", "waiting", "tuning now", "hardware"],
+                 wrap=("models",)))
+    models: dict[str, int] = {}
+    for e in entries:
+        for m in e.models:
+            models[m] = models.get(m, 0) + 1
+    per_model = ", ".join(f"{m} {n}" for m, n in sorted(models.items(), key=lambda kv: -kv[1]))
+    print(f"\n{len(entries)} tasks queued" + (f" (by model: {per_model})" if per_model else "")
+          + "; `tunecache worker` tunes them")
+    return 0
+
+
 #: Rows ``db ls`` prints as a table when no ``--limit`` is given (``--json``: every row).
 LS_DEFAULT_LIMIT = 50
 #: Rows per printed table chunk: each chunk is formatted and printed as soon as it is read.
@@ -377,6 +422,13 @@ def register(sub: Any) -> None:
     add_db(s)
     s.add_argument("--overlay", required=True, metavar="URL", help="the local overlay store")
     s.set_defaults(fn=_cmd_db_push)
+    s = dbs.add_parser("queue", help="tasks waiting for `tunecache worker`, highest priority first")
+    add_db(s)
+    s.add_argument("--hardware", help="only this hardware key (an id or its first characters)")
+    s.add_argument("--model", help="only tasks this model asked for")
+    s.add_argument("--limit", type=_non_negative, default=None, metavar="N", help="at most N tasks (0: all)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_cmd_db_queue)
     s = dbs.add_parser("upgrade", help="upgrade the store's schema to this tunecache's version")
     add_db(s)
     s.set_defaults(fn=_cmd_db_upgrade)

@@ -31,6 +31,7 @@ from tunecache.cli import compile as cli_compile
 from tunecache.cli import db as cli_db
 from tunecache.cli import plan as cli_plan
 from tunecache.cli import warm as cli_warm
+from tunecache.cli import worker as cli_worker
 from tunecache.cli.common import EXIT_CODES, Parser, add_output_options, error_line, output_setup
 from tunecache.errors import Interrupted
 
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Registered eagerly so that --help lists every command; a module that fails to import is a
     # bug to see at once, not a command that silently disappears.
-    for register in (cli_db.register, cli_compile.register, cli_plan.register, cli_warm.register):
+    for register in (cli_db.register, cli_compile.register, cli_plan.register, cli_warm.register,
+                     cli_worker.register):
         register(sub)
     return p
 

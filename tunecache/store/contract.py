@@ -16,7 +16,7 @@ from types import TracebackType
 
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, explain_miss
 from tunecache.store.records import Provenance, Record
-from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
+from tunecache.store.values import QueueEntry, ReuseEntry, StoredWorkload, StoreStats
 
 __all__ = ["BaseStore", "explain_miss_from_keys"]
 
@@ -334,7 +334,7 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     def mark_done(self, workload: WorkloadKey, hardware: HardwareKey, holder: str = "") -> None:
-        """Record that the search of a task finished (and drop any lease on it).
+        """Record that the search of a task finished (drop any lease on it, and its queue entry).
 
         Parameters
         ----------
@@ -375,6 +375,63 @@ class BaseStore(abc.ABC):
         -------
         str or None
             The holder, or ``None`` when nobody does.
+        """
+
+    # -- the tuning queue (schema 4) ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def enqueue(self, entries: Iterable[QueueEntry]) -> int:
+        """Queue tasks for ``tunecache worker``, merging each with its waiting entry.
+
+        A task already done (:meth:`is_done`) is not queued. A task already waiting keeps one
+        entry: a model not among its :attr:`~QueueEntry.models` adds its weight and priority,
+        a model that asked before raises them to the larger of the two; ``requests`` counts
+        every call. The workload must be stored with its module (:meth:`commit_workload`).
+
+        Parameters
+        ----------
+        entries
+            The tasks; ``queued_at`` and ``requests`` are set by the store.
+
+        Returns
+        -------
+        int
+            How many entries were new or changed (done tasks are not counted).
+
+        Raises
+        ------
+        ReadOnlyStoreError, StoreError
+            Also when a workload of an entry is not stored.
+        """
+
+    @abc.abstractmethod
+    def queued(self, hardware: HardwareKey | None = None, *, limit: int | None = None) -> list[QueueEntry]:
+        """Return the waiting tasks, highest priority first (oldest first among equals).
+
+        Parameters
+        ----------
+        hardware
+            Only this hardware key's (default: every hardware key's).
+        limit
+            At most this many.
+
+        Returns
+        -------
+        list of QueueEntry
+        """
+
+    @abc.abstractmethod
+    def dequeue(self, workload: WorkloadKey, hardware: HardwareKey) -> bool:
+        """Remove a task from the queue (:meth:`mark_done` does so too).
+
+        Returns
+        -------
+        bool
+            Whether it was waiting.
+
+        Raises
+        ------
+        ReadOnlyStoreError, StoreError
         """
 
     # -- reads --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Iterator
 from tunecache.store.contract import BaseStore, explain_miss_from_keys
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey
 from tunecache.store.records import Provenance, Record
-from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
+from tunecache.store.values import QueueEntry, ReuseEntry, StoredWorkload, StoreStats
 
 __all__ = ["OverlayStore", "push"]
 
@@ -24,8 +24,9 @@ class OverlayStore(BaseStore):
     It keeps the :class:`~tunecache.store.contract.BaseStore` contract, reading the union of
     both stores, with these differences by design:
 
-    - every write (records, workloads, latencies, stale marks, claims, done marks, ``gc``)
-      goes to the overlay; ``base`` is never written;
+    - every write (records, workloads, latencies, stale marks, claims, done marks, the tuning
+      queue, ``gc``) goes to the overlay; ``base`` is never written; the queue is the
+      overlay's alone (a worker on this overlay drains it);
     - a claim lives in the overlay, so it keeps out the users of this overlay only; a task is
       done when it is done in either store;
     - :meth:`count_records` adds both stores' counts (a record pushed to ``base`` and still in
@@ -135,6 +136,18 @@ class OverlayStore(BaseStore):
     def mark_done(self, workload: WorkloadKey, hardware: HardwareKey, holder: str = "") -> None:
         """Mark a task done in the overlay."""
         self.overlay.mark_done(workload, hardware, holder)
+
+    def enqueue(self, entries: Iterable[QueueEntry]) -> int:
+        """Queue tasks in the overlay (tasks done in ``base`` are not queued)."""
+        return self.overlay.enqueue(e for e in entries if not self.base.is_done(e.workload, e.hardware))
+
+    def queued(self, hardware: HardwareKey | None = None, *, limit: int | None = None) -> list[QueueEntry]:
+        """Return the overlay's waiting tasks (a worker of this overlay drains them)."""
+        return self.overlay.queued(hardware, limit=limit)
+
+    def dequeue(self, workload: WorkloadKey, hardware: HardwareKey) -> bool:
+        """Remove a task from the overlay's queue."""
+        return self.overlay.dequeue(workload, hardware)
 
     def gc(self, keep_top: int, *, dry_run: bool = False) -> int:
         """Prune the overlay (``base`` is left alone); return how many records were removed."""

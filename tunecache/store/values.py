@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tunecache.store.keys import WorkloadDesc, WorkloadKey
+from tunecache.store.keys import HardwareKey, WorkloadDesc, WorkloadKey
 
-__all__ = ["ReuseEntry", "StoredWorkload", "StoreStats"]
+__all__ = ["QueueEntry", "ReuseEntry", "StoredWorkload", "StoreStats"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,49 @@ class ReuseEntry:
     nest_json: str
     sketch: str
     trivial: bool = False
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A task waiting to be tuned by ``tunecache worker`` (queued by ``tune="background"``).
+
+    One entry per (workload, hardware key): models and users asking for the same task share it
+    (:meth:`~tunecache.store.contract.BaseStore.enqueue` merges them). An entry leaves the queue
+    when the task's search is marked done, by whoever searched it.
+
+    Attributes
+    ----------
+    workload
+        The task's workload (stored with its module, so a worker can rebuild it).
+    hardware
+        The hardware key to tune it for.
+    name
+        The task's name.
+    weight
+        Calls per model run, summed over the models that asked.
+    priority
+        Estimated seconds per model run that tuning may win (weight x latency left to win,
+        summed over the models): the worker takes the highest first.
+    served
+        What the task was served with while it waits (``replayed``, ``predicted`` or
+        ``fallback``).
+    models
+        The models that asked (names, the first 16).
+    requests
+        How many compiles asked for it.
+    queued_at
+        When it was first queued (Unix time).
+    """
+
+    workload: WorkloadKey
+    hardware: HardwareKey
+    name: str
+    weight: int
+    priority: float
+    served: str = ""
+    models: tuple[str, ...] = ()
+    requests: int = 1
+    queued_at: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from tunecache.errors import InvalidRecordError
+from tunecache.errors import InvalidRecordError, StoreError
 from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, HostFingerprint, WorkloadDesc, WorkloadKey
 from tunecache.store.records import Provenance, Record
-from tunecache.store.values import ReuseEntry
+from tunecache.store.values import QueueEntry, ReuseEntry
 
 __all__ = ["HARDWARE", "SUITE_WORKLOADS", "TRACE", "StoreContract", "entry", "rec"]
 
@@ -328,6 +328,37 @@ class StoreContract:
         assert store.claim(wk, hw, "me", 600, steal_from="ghost")
         assert store.claim_holder(wk, hw) == "me"
         assert not store.claim(wk, hw, "third", 600, steal_from="ghost")  # only from that holder
+
+    # -- the tuning queue ---------------------------------------------------------------------
+
+    def test_queue_merges_models_orders_by_priority_and_empties_when_done(
+        self, store: BaseStore, wk: WorkloadKey, hw: HardwareKey
+    ) -> None:
+        a, b = SUITE_WORKLOADS[1], SUITE_WORKLOADS[2]
+        for k in (wk, a, b):
+            store.commit_workload(k, WorkloadDesc(name=f"task_{k.shash}", family="dense"), mod_json="{}")
+
+        def q(k: WorkloadKey, weight: int, priority: float, model: str) -> QueueEntry:
+            return QueueEntry(k, hw, f"task_{k.shash}", weight, priority, served="predicted", models=(model,))
+
+        assert store.queued() == []
+        assert store.enqueue([q(wk, 2, 1.0, "m1"), q(a, 1, 5.0, "m1")]) == 2
+        assert store.enqueue([q(wk, 2, 1.5, "m1")]) == 1  # the same model again: the larger, not the sum
+        assert store.enqueue([q(wk, 3, 3.0, "m2")]) == 1  # another model: added up
+        got = store.queued(hw)
+        assert [(e.workload, e.weight, e.priority) for e in got] == [(wk, 5, 4.5), (a, 1, 5.0)][::-1]
+        first = got[1]
+        assert first.models == ("m1", "m2") and first.requests == 3 and first.served == "predicted"
+        assert first.name == f"task_{wk.shash}" and first.hardware == hw and first.queued_at > 0
+        assert store.queued(hw, limit=1)[0].workload == a
+        assert store.queued(replace(hw, tvm_version="0.1")) == []
+        store.mark_done(a, hw, "worker")  # done: out of the queue, and never queued again
+        assert [e.workload for e in store.queued()] == [wk]
+        assert store.enqueue([q(a, 1, 5.0, "m3")]) == 0 and len(store.queued()) == 1
+        assert store.dequeue(wk, hw) and not store.dequeue(wk, hw) and store.queued() == []
+        with pytest.raises(StoreError, match="not stored"):
+            store.enqueue([QueueEntry(WorkloadKey("unknown"), hw, "x", 1, 1.0)])
+        assert store.enqueue([q(b, 1, 0.5, "m1")]) == 1  # the failed call wrote nothing else
 
     # -- iteration and the reuse index ---------------------------------------------------------
 

@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from tunecache.errors import ReadOnlyStoreError, SchemaVersionError, StoreError
 from tunecache.store._sql.engine import Database
-from tunecache.store._sql.schema import SCHEMA_VERSION, Base, ClaimRow, ReuseRow
+from tunecache.store._sql.schema import SCHEMA_VERSION, Base, ClaimRow, QueueRow, ReuseRow
 
 __all__ = ["MIGRATIONS", "upgrade"]
 
@@ -29,8 +29,13 @@ def _v2_to_v3(conn: Connection) -> None:
     Base.metadata.tables[ReuseRow.__tablename__].create(conn, checkfirst=True)
 
 
+def _v3_to_v4(conn: Connection) -> None:
+    """Schema 4 adds the tuning queue (``tc_queue``) of ``tune="background"``."""
+    Base.metadata.tables[QueueRow.__tablename__].create(conn, checkfirst=True)
+
+
 #: version n -> function upgrading n to n + 1
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def upgrade(url: str | os.PathLike[str] | None) -> tuple[int, int]:

@@ -32,13 +32,14 @@ __all__ = [
     "RecordRow",
     "ClaimRow",
     "ReuseRow",
+    "QueueRow",
     "ensure_schema",
     "read_version",
 ]
 
 #: Version of the tables below. 1 is the first released schema; 2 added ``tc_claim``; 3 added
-#: ``tc_reuse`` (the reuse index).
-SCHEMA_VERSION = 3
+#: ``tc_reuse`` (the reuse index); 4 added ``tc_queue`` (tasks waiting for ``tunecache worker``).
+SCHEMA_VERSION = 4
 
 
 class Base(DeclarativeBase):
@@ -148,6 +149,26 @@ class ReuseRow(Base):
     sketch: Mapped[str] = mapped_column(Text)
     trivial: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class QueueRow(Base):
+    """A task waiting for ``tunecache worker`` (schema 4).
+
+    One per (hardware key, workload), keyed like a claim; deleted when the task is marked done.
+    """
+
+    __tablename__ = "tc_queue"
+    __table_args__ = (Index("ix_queue_priority", "hardware_id", "priority"),)
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)  # "<hardware id>:<shash>"
+    workload_id: Mapped[int] = mapped_column(ForeignKey("tc_workload.id", ondelete="CASCADE"))
+    hardware_id: Mapped[str] = mapped_column(ForeignKey("tc_hardware.id", ondelete="CASCADE"))
+    weight: Mapped[int] = mapped_column(Integer, default=1)
+    priority: Mapped[float] = mapped_column(Float, default=0.0)
+    served: Mapped[str] = mapped_column(String(16), default="")
+    models_json: Mapped[str] = mapped_column(Text, default="[]")
+    requests: Mapped[int] = mapped_column(Integer, default=1)
+    queued_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
 
 
 def read_version(sess: Session) -> int | None:

@@ -7,6 +7,7 @@ between rows and values. Every method runs as one transaction through :meth:`Dat
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Collection, Iterable, Iterator
@@ -33,6 +34,7 @@ from tunecache.store._sql.rows import (
 from tunecache.store._sql.schema import (
     ClaimRow,
     HardwareRow,
+    QueueRow,
     RecordRow,
     ReuseRow,
     WorkloadRow,
@@ -43,7 +45,7 @@ from tunecache.store.contract import BaseStore, explain_miss_from_keys
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, canonical_json
 from tunecache.store.location import StoreLocation
 from tunecache.store.records import Provenance, Record, decode_args_info, decode_run_secs, decode_trace
-from tunecache.store.values import ReuseEntry, StoredWorkload, StoreStats
+from tunecache.store.values import QueueEntry, ReuseEntry, StoredWorkload, StoreStats
 
 __all__ = ["Store"]
 
@@ -76,6 +78,10 @@ def _records_query(hardware: HardwareKey | str | None, workload: WorkloadKey | N
     if valid_only:
         q = q.where(RecordRow.latency_s.is_not(None))
     return q
+
+
+#: A queue entry names at most this many of the models that asked for it.
+_QUEUE_MODELS = 16
 
 
 def _claim_key(workload: WorkloadKey, hardware: HardwareKey) -> str:
@@ -363,6 +369,7 @@ class Store(BaseStore):
                 sess, ClaimRow, dict(key=key, holder=holder, claimed_at=now, expires_at=now, done=True), ["key"]
             ):
                 sess.execute(update(ClaimRow).where(ClaimRow.key == key).values(done=True, expires_at=now))
+            sess.execute(delete(QueueRow).where(QueueRow.key == key))
 
         self._db.run(do, write=True)
 
@@ -385,6 +392,88 @@ class Store(BaseStore):
             return row.holder if row is not None and row.expires_at >= time.time() else None
 
         return self._db.run(do, write=False)
+
+    # -- the tuning queue ---------------------------------------------------------------------
+
+    def enqueue(self, entries: Iterable[QueueEntry]) -> int:
+        """Queue tasks, merging each with its waiting entry (one transaction)."""
+        todo = list(entries)
+
+        def do(sess: Session) -> int:
+            changed = 0
+            now = time.time()
+            for e in todo:
+                key = _claim_key(e.workload, e.hardware)
+                claim = sess.get(ClaimRow, key)
+                if claim is not None and claim.done:
+                    continue
+                wid = self._workload_id(sess, e.workload)
+                if wid is None:
+                    raise StoreError(f"cannot queue task {e.name}: its workload is not stored (commit it first)")
+                hid = self._hardware_id(sess, e.hardware)
+                models = list(dict.fromkeys(e.models))[:_QUEUE_MODELS]
+                if self._insert_ignore(sess, QueueRow, dict(
+                        key=key, workload_id=wid, hardware_id=hid, weight=e.weight, priority=e.priority,
+                        served=e.served[:16], models_json=json.dumps(models), requests=1, queued_at=now,
+                        updated_at=now), ["key"]):
+                    changed += 1
+                    continue
+                q = select(QueueRow).where(QueueRow.key == key)
+                row = sess.scalar(q.with_for_update() if self.backend == "postgresql" else q)
+                if row is None:  # done and removed in between
+                    continue
+                try:
+                    known = [str(m) for m in json.loads(row.models_json)]
+                except (ValueError, TypeError):
+                    known = []
+                new = [m for m in models if m not in known]
+                if new or not models:
+                    row.weight, row.priority = row.weight + e.weight, row.priority + e.priority
+                else:
+                    row.weight, row.priority = max(row.weight, e.weight), max(row.priority, e.priority)
+                row.models_json = json.dumps((known + new)[:_QUEUE_MODELS])
+                row.served = e.served[:16] or row.served
+                row.requests += 1
+                row.updated_at = now
+                changed += 1
+            return changed
+
+        return int(self._db.run(do, write=True)) if todo else 0
+
+    def queued(self, hardware: HardwareKey | None = None, *, limit: int | None = None) -> list[QueueEntry]:
+        """Return the waiting tasks, highest priority first."""
+
+        def do(sess: Session) -> list[QueueEntry]:
+            q = (select(QueueRow, WorkloadRow, HardwareRow)
+                 .join(WorkloadRow, QueueRow.workload_id == WorkloadRow.id)
+                 .join(HardwareRow, QueueRow.hardware_id == HardwareRow.id)
+                 .order_by(QueueRow.priority.desc(), QueueRow.queued_at, QueueRow.key))
+            if hardware is not None:
+                q = q.where(QueueRow.hardware_id == hardware.id)
+            if limit is not None:
+                q = q.limit(limit)
+            out = []
+            keys: dict[str, HardwareKey] = {}
+            for row, wl, hw_row in sess.execute(q):
+                hw = keys.get(hw_row.id)
+                if hw is None:
+                    hw = keys[hw_row.id] = hardware_value(hw_row)
+                try:
+                    models = tuple(str(m) for m in json.loads(row.models_json))
+                except (ValueError, TypeError):
+                    models = ()
+                out.append(QueueEntry(workload=WorkloadKey(wl.shash, wl.mod_eq), hardware=hw, name=wl.name,
+                                      weight=row.weight, priority=row.priority, served=row.served,
+                                      models=models, requests=row.requests, queued_at=row.queued_at))
+            return out
+
+        return self._db.run(do, write=False)
+
+    def dequeue(self, workload: WorkloadKey, hardware: HardwareKey) -> bool:
+        """Remove a task from the queue; return whether it was waiting."""
+        key = _claim_key(workload, hardware)
+        res = self._db.run(lambda s: s.execute(delete(QueueRow).where(QueueRow.key == key)), write=True)
+        return bool(getattr(res, "rowcount", 0))
 
     # -- reads --------------------------------------------------------------------------------
 
