@@ -149,3 +149,53 @@ def test_predicted_record_is_served_never_measured(tvm: Any, target: Any) -> Non
     sch = Schedule(mod, seed=1)
     tr.trace.apply_to_schedule(sch, remove_postproc=False)
     assert "T.vectorized" in str(sch.mod)
+
+
+def _depthwise(tvm: Any, c: int, hw: int) -> Any:
+    from tvm import te, topi
+
+    x = te.placeholder((1, c, hw, hw), name="x")
+    w = te.placeholder((c, 1, 3, 3), name="w")
+    return tvm.IRModule({"main": te.create_prim_func([x, w, topi.nn.depthwise_conv2d_nchw(x, w, 1, 1, 1)])})
+
+
+def test_depthwise_nchw_is_correct_and_a_real_schedule(tvm: Any, target: Any) -> None:
+    from tunecache.search.predict import Prediction, predict_program
+
+    mod = _depthwise(tvm, 32, 28)
+    got = predict_program(mod, target)
+    assert isinstance(got, Prediction), got
+    text = str(got.sch.mod)
+    assert "T.parallel" in text and "T.vectorized" in text
+    assert [str(i[0]) for i in got.sch.trace.as_json()[0]].count("Split") >= 3
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 32, 28, 28)).astype("float32")
+    w = rng.standard_normal((32, 1, 3, 3)).astype("float32")
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((1, 32, 28, 28), "float32")
+    for dy in range(3):
+        for dx in range(3):
+            want += xp[:, :, dy:dy + 28, dx:dx + 28] * w[None, :, 0, dy, dx, None, None]
+    ex = tvm.compile(got.sch.mod, target=target)
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), device=dev)
+    ex["main"](tvm.runtime.tensor(x, device=dev), tvm.runtime.tensor(w, device=dev), out)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("mcpu", "lanes"), [("skylake-avx512", 16), ("haswell", 8)])
+def test_nchw_register_tile_spans_output_channels_and_whole_vectors(tvm: Any, mcpu: str, lanes: int) -> None:
+    """An NCHW 1x1 conv's register tile: the output channels as rows (one input vector feeds
+    them all), not the image rows, and a vector tile of whole vectors or at most one."""
+    from tunecache.search.predict import predict_program
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": mcpu})
+    for hw in (56, 28):  # 56 = 3.5 AVX-512 vectors, 28 = 3.5 AVX2 vectors: neither a multiple
+        got = predict_program(te_conv(tvm, (1, 16, hw, hw), 1, 64, layout="NCHW"), target)
+        assert not isinstance(got, str), got
+        insts, decisions = got.sch.trace.as_json()
+        tiles = [[int(x) for x in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
+        _n, oc, h, w = tiles[:4]
+        assert oc[-1] > 1 and h[-1] == 1
+        assert w[-1] % lanes == 0 or w[-1] <= lanes

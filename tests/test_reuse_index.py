@@ -26,7 +26,15 @@ from tunecache.errors import SchemaVersionError  # noqa: E402
 from tunecache.planning import index_workloads, make_plan, reuse_sources  # noqa: E402
 from tunecache.reuse.costs import CostModel  # noqa: E402
 from tunecache.reuse.planner import ModelPlan, plan_tasks  # noqa: E402
-from tunecache.store import HardwareKey, HostFingerprint, Provenance, Record, Store, WorkloadKey  # noqa: E402
+from tunecache.store import (  # noqa: E402
+    SCHEMA_VERSION,
+    HardwareKey,
+    HostFingerprint,
+    Provenance,
+    Record,
+    Store,
+    WorkloadKey,
+)
 from tunecache.testing.store_contract import TRACE  # noqa: E402
 from tunecache.tvm_layer import convert  # noqa: E402
 from tunecache.tvm_layer.bridges import describe_tasks  # noqa: E402
@@ -155,7 +163,7 @@ def test_upgrade_from_schema_2_fills_the_index_and_plans_the_same(tmp_path: Path
     proc = subprocess.run([sys.executable, "-m", "tunecache.cli.main", "db", "upgrade", "--db", str(path)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "schema v2 -> v3" in proc.stdout and "reuse index: 6 workloads indexed" in proc.stdout
+    assert f"schema v2 -> v{SCHEMA_VERSION}" in proc.stdout and "reuse index: 6 workloads indexed" in proc.stdout
     st = Store(str(path))
     (hw,) = st.hardware_keys()
     assert st.unindexed_workloads(hw) == []

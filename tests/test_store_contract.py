@@ -18,6 +18,7 @@ import pytest
 
 from tunecache.errors import ReadOnlyStoreError, SchemaVersionError, StoreURLError
 from tunecache.store import (
+    SCHEMA_VERSION,
     BaseStore,
     HardwareKey,
     OverlayStore,
@@ -176,9 +177,9 @@ def test_first_released_schema_upgrades_with_its_records(tmp_path: Path) -> None
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "schema v1 -> v3" in proc.stdout
+    assert f"schema v1 -> v{SCHEMA_VERSION}" in proc.stdout
     s = Store(str(path))
-    assert s.schema_version == 3 and s.count_records() == 6
+    assert s.schema_version == SCHEMA_VERSION and s.count_records() == 6
     hw = HardwareKey.from_dict(
         {
             "target": '{"keys":["cpu"],"kind":"llvm","mcpu":"znver3","num-cores":2}',
