@@ -26,6 +26,10 @@ TVM_FREE = [
     "tunecache.reuse.synthetic",
     "tunecache.report",
     "tunecache.cli",
+    "tunecache.dynamic",
+    "tunecache.dynamo",
+    "tunecache.queueing",
+    "tunecache.worker",
 ]
 
 

@@ -12,9 +12,10 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from tunecache.config import DEFAULT_TRIALS_PER_TASK, TUNE_MODES, check_seconds, check_trials
+from tunecache.dynamic import DEFAULT_MAX_VARIANTS, DynamicModel, check_dynamic_model
 from tunecache.errors import ConfigError
 from tunecache.report import CompileReport
 from tunecache.store import open_store
@@ -133,6 +134,20 @@ class CompiledModel:
         return f"<CompiledModel {self.report.summary()}>"
 
 
+@overload
+def compile(model: Any, target: Any = ..., *, example_inputs: Any = ..., store: Any = ..., overlay: Any = ...,
+            tune: str = ..., trials_per_task: int = ..., time_budget_s: float | None = ..., seed: int | None = ...,
+            work_dir: Any = ..., progress: bool = ..., escalate_below: float | None = ..., library_cache: Any = ...,
+            name: str | None = ..., dynamic: Literal[False] = ..., max_variants: int = ...) -> CompiledModel: ...
+
+
+@overload
+def compile(model: Any, target: Any = ..., *, example_inputs: Any = ..., store: Any = ..., overlay: Any = ...,
+            tune: str = ..., trials_per_task: int = ..., time_budget_s: float | None = ..., seed: int | None = ...,
+            work_dir: Any = ..., progress: bool = ..., escalate_below: float | None = ..., library_cache: Any = ...,
+            name: str | None = ..., dynamic: Literal[True], max_variants: int = ...) -> DynamicModel: ...
+
+
 def compile(  # noqa: A001 - the product's verb
     model: Any,
     target: Any = None,
@@ -149,7 +164,9 @@ def compile(  # noqa: A001 - the product's verb
     escalate_below: float | None = None,
     library_cache: str | os.PathLike[str] | bool | None = None,
     name: str | None = None,
-) -> CompiledModel:
+    dynamic: bool = False,
+    max_variants: int = DEFAULT_MAX_VARIANTS,
+) -> CompiledModel | DynamicModel:
     """Compile ``model`` for ``target`` with the store's tuned programs; tune what is missing.
 
     Parameters
@@ -200,10 +217,17 @@ def compile(  # noqa: A001 - the product's verb
     name
         The model's name in the tuning queue (``tune="background"``; default: the class name of
         a ``torch.nn.Module``, the file name of an ONNX file).
+    dynamic
+        Return a :class:`~tunecache.dynamic.DynamicModel`: called with inputs of a shape it has
+        not seen, it compiles a variant for them the same way (same store, tuning mode and
+        budget: with ``tune="background"`` served at once and the misses queued). The
+        ``example_inputs`` variant is compiled now. A ``torch.nn.Module`` only.
+    max_variants
+        With ``dynamic=True``: how many shapes are kept compiled (least recently used evicted).
 
     Returns
     -------
-    CompiledModel
+    CompiledModel, or DynamicModel when ``dynamic=True``
 
     Raises
     ------
@@ -220,6 +244,20 @@ def compile(  # noqa: A001 - the product's verb
         raise ConfigError(f"tune={tune!r} is not one of {TUNE_MODES}")
     check_trials("trials_per_task", trials_per_task)
     time_budget_s = check_seconds("time_budget_s", time_budget_s)
+    if dynamic:
+        check_dynamic_model(model)
+        shared = open_store(store, overlay=overlay)  # one store for every variant ("memory" included)
+
+        def compile_variant(inputs: tuple[Any, ...]) -> CompiledModel:
+            return compile(model, target, example_inputs=inputs, store=shared, tune=tune,
+                           trials_per_task=trials_per_task, time_budget_s=time_budget_s, seed=seed,
+                           work_dir=work_dir, progress=progress, escalate_below=escalate_below,
+                           library_cache=library_cache, name=name)
+
+        dm = DynamicModel(model, compile_variant, max_variants)
+        if example_inputs is not None:  # compiled now: errors surface here, the first call is fast
+            dm.variant(*(example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)))
+        return dm
     from tunecache.pipeline import compile_model
     from tunecache.tvm_layer import frontend
     from tunecache.tvm_layer.target import hardware_key, resolve_target
