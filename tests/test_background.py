@@ -194,3 +194,24 @@ def test_worker_refuses_bad_settings_with_a_sentence(tmp_path: Path) -> None:
     listed = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "queue", "--db", str(tmp_path / "e.db")],
                             capture_output=True, text=True)
     assert listed.returncode == 0 and "queue is empty" in listed.stdout
+
+
+def test_cli_compile_in_background_queues_and_db_queue_lists_by_model(tmp_path: Path) -> None:
+    db = str(tmp_path / "cli.db")
+    spec = f"{Path(__file__).parent / '_warm_models.py'}:model_a"
+    proc = subprocess.run([sys.executable, "-m", "tunecache.cli", "compile", spec, "--tune", "background", "--db", db,
+                           "--json", "--no-library-cache"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rep = json.loads(proc.stdout)
+    assert rep["queued"] and rep["trials"] == 0 and "queued for tuning" in proc.stderr
+    listed = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "queue", "--db", db, "--json"],
+                            capture_output=True, text=True, check=True)
+    entries = json.loads(listed.stdout)
+    assert sorted(e["name"] for e in entries) == sorted(rep["queued"])
+    (model,) = {m for e in entries for m in e["models"]}
+    table = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "queue", "--db", db, "--model", model],
+                           capture_output=True, text=True, check=True)
+    assert f"{len(entries)} tasks queued (by model: {model} {len(entries)})" in table.stdout
+    none = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "queue", "--db", db, "--model", "other"],
+                          capture_output=True, text=True, check=True)
+    assert "queue is empty for model other" in none.stdout
