@@ -356,17 +356,44 @@ def test_a_task_with_its_own_cap_gets_no_more(target: Any, builder: Any, tmp_pat
 
 
 @pytest.mark.tvm
-def test_the_global_budget_is_never_overshot(target: Any, builder: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("seeded", [False, True])
+def test_the_global_budget_is_never_overshot(target: Any, builder: Any, tmp_path: Path, seeded: bool) -> None:
     """MetaSchedule checks its global cap before a round and measures the whole round: 2 tasks,
-    8 trials a task, 11 in all spent 16. The engine cuts the last round to what is left."""
+    8 trials a task, 11 in all spent 16. The engine cuts the last round to what is left; a
+    predicted seed (one trial a task before the loop) counts against the same budget."""
     from tvm.s_tir import meta_schedule as ms
 
     fake = _fake_runner_class()
     tasks = [FullSearchTask("a", _matmul(64), 4.0), FullSearchTask("b", _matmul(16), 1.0)]
     results = tune_tasks(tasks, target, ms.database.MemoryDatabase(), trials_per_task=8, max_trials_global=11,
-                         seed=1, work_dir=tmp_path, builder=builder, runner=fake())
+                         seed=1, work_dir=tmp_path, builder=builder, runner=fake(), seed_predicted=seeded)
     assert sum(r.trials for r in results) == 11, [(r.name, r.trials, r.stop_reason) for r in results]
-    assert max(r.trials for r in results) == 8 and min(r.trials for r in results) == 3
+    if seeded:  # a seed, then one round each (the heavier task first: the rest of the budget)
+        assert sorted(r.trials for r in results) == [2, 9] and all(r.rounds == 1 for r in results), results
+    else:
+        assert max(r.trials for r in results) == 8 and min(r.trials for r in results) == 3
+
+
+@pytest.mark.tvm
+def test_the_search_starts_from_the_predicted_program(target: Any, builder: Any, runner: Any,
+                                                       tmp_path: Path) -> None:
+    """The first record of a task with nothing stored is the predicted program, measured; the
+    task's cap counts it."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tunecache.search.predict import predict_program
+
+    mod = _matmul(64)
+    db = ms.database.MemoryDatabase()
+    (res,) = tune_tasks([FullSearchTask("mm", mod)], target, db, trials_per_task=4, early_stopping=None, seed=1,
+                        work_dir=tmp_path, builder=builder, runner=runner)
+    assert res.trials == 4
+    records = db.get_all_tuning_records()
+    assert len(records) == 4
+    predicted = predict_program(mod, target)
+    assert not isinstance(predicted, str)
+    assert str(records[0].trace) == str(predicted.sch.trace)  # measured first, before any round
+    assert records[0].run_secs is not None and float(records[0].run_secs[0]) < 1.0
 
 
 @pytest.mark.tvm

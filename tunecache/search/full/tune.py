@@ -89,6 +89,7 @@ def tune_tasks(
     time_budget_s: float | None = None,
     early_stopping: EarlyStopping | None = EarlyStopping(),
     trivial_once: bool = True,
+    seed_predicted: bool = True,
     scheduler: str = "tunecache",
     seed: int | None = None,
     work_dir: str | os.PathLike[str],
@@ -141,6 +142,11 @@ def tune_tasks(
     trivial_once
         Measure the programs of tasks with a fixed design space (no sampling instruction) once,
         outside the search (:func:`fixed_programs`).
+    seed_predicted
+        With ``scheduler="tunecache"``: before the loop, measure once the program
+        :func:`tunecache.search.predict.predict_program` chooses for each searched task that has
+        no valid record in ``database`` (one trial of its budget,
+        :mod:`tunecache.search.full.seed`): its search starts from it.
     scheduler
         ``"tunecache"`` (default): tunecache's task picker (see the module docstring).
         ``"gradient"``: MetaSchedule's ``GradientBased`` scheduler, as stock ``tune_tasks`` runs.
@@ -234,6 +240,16 @@ def tune_tasks(
                 fixed = _trivial_pass(contexts, tallies, names, budget, target=target, database=database,
                                       builder=inner_builder, runner=inner_runner, timeline=timeline,
                                       progress=progress)  # fmt: skip
+            if seed_predicted and scheduler == "tunecache" and not budget.out_of_time() and not stop_requested():
+                from tunecache.search.full.seed import seed_tasks
+
+                seeded = seed_tasks([i for i in range(len(tasks)) if i not in fixed], contexts, tallies, target,
+                                    database, inner_builder, inner_runner,
+                                    limit=budget.n_global - sum(t.trials for t in tallies))
+                if seeded:  # a seed is a trial of its task: its search gets one fewer
+                    capped = [replace(t, max_trials=budget.caps[i] - tallies[i].trials) if i in seeded else t
+                              for i, t in enumerate(tasks)]
+                    contexts = _tune_contexts(capped, target, budget.sizing, seed, threads, loggers, pool)
             _search_the_rest(
                 contexts,
                 tasks,
@@ -472,7 +488,8 @@ def _search_the_rest(
                 sub_tallies,
                 weights,
                 max_trials_per_task=sub_caps,
-                max_trials_global=n_global - spent,
+                # its tallies count the seeds already measured (tunecache.search.full.seed)
+                max_trials_global=n_global - (spent - sum(t.trials for t in sub_tallies)),
                 deadline=budget.deadline,
                 early_stopping=early_stopping,
                 window_trials=window,
