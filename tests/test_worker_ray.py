@@ -97,10 +97,11 @@ def test_a_ray_worker_drains_the_same_queue_as_a_local_one(two_nodes: str, tmp_p
             assert proc.returncode == 0, proc.stderr[-3000:]
             got = json.loads(proc.stdout)
             assert got["stopped"] == "drained" and got["left"] == 0 and got["dropped"] == []
-            assert {t["workload"] for t in got["tasks"] if t["outcome"] in ("tuned", "reused")} == waiting
+            tuned = {t["workload"] for t in got["tasks"] if t["outcome"] in ("tuned", "reused") and not t["bridge"]}
+            assert tuned == waiting
         st = open_store(db)
         assert st.queued() == []
         done[ex] = {str(w.key) for w in st.workloads() if st.is_done(w.key, hw) and st.best_k(w.key, hw, 1)}
-        assert done[ex] == waiting
+        assert waiting <= done[ex]  # and the bridges the plan tuned, if any
         assert all(0 < st.count_records(hw, workload=w.key) <= TRIALS for w in st.workloads())
     assert done["ray"] == done["local"]

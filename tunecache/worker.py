@@ -43,7 +43,10 @@ class WorkerReport:
     Attributes
     ----------
     outcomes
-        Every task searched, in order (as :class:`tunecache.values.TaskOutcome`).
+        Every plan step done, in order (as :class:`tunecache.values.TaskOutcome`): the queued
+        tasks, and the bridge operators their plans tuned so that more of them could reuse.
+    queued
+        The workload keys (``str``) of the queued tasks taken.
     dropped
         Tasks taken off the queue without a program: ``(name, why)`` (a module the store lacks,
         a search in which no candidate built and ran).
@@ -60,6 +63,7 @@ class WorkerReport:
     """
 
     outcomes: tuple[TaskOutcome, ...] = ()
+    queued: frozenset[str] = frozenset()
     dropped: tuple[tuple[str, str], ...] = ()
     batches: int = 0
     seconds: float = 0.0
@@ -75,9 +79,12 @@ class WorkerReport:
         """Return a one-line summary."""
         from tunecache.report import format_seconds, plural
 
-        tuned = sum(o.outcome in ("tuned", "reused") for o in self.outcomes)
-        return (f"worker: {plural(tuned, 'task')} tuned in {plural(self.batches, 'batch', 'batches')} "
-                f"({plural(self.trials, 'trial')}, {format_seconds(self.seconds)}), "
+        tuned = sum(o.outcome in ("tuned", "reused") and str(o.key) in self.queued for o in self.outcomes)
+        bridges = sum(str(o.key) not in self.queued for o in self.outcomes)
+        also = f" and {plural(bridges, 'bridge operator')}" if bridges else ""
+        return (f"worker: {plural(tuned, 'queued task')}{also} tuned in "
+                f"{plural(self.batches, 'batch', 'batches')} ({plural(self.trials, 'trial')}, "
+                f"{format_seconds(self.seconds)}), "
                 f"{len(self.dropped)} dropped, {self.left} still queued; stopped: {self.stopped}")
 
     def to_json(self) -> str:
@@ -88,7 +95,8 @@ class WorkerReport:
             "summary": self.summary(), "stopped": self.stopped, "seconds": self.seconds, "trials": self.trials,
             "batches": self.batches, "left": self.left,
             "tasks": [{"name": o.name, "workload": str(o.key), "outcome": o.outcome, "trials": o.trials,
-                       "seconds": o.seconds, "source": o.source, "note": o.note, "latency_s": o.latency_s}
+                       "seconds": o.seconds, "source": o.source, "note": o.note, "latency_s": o.latency_s,
+                       "bridge": str(o.key) not in self.queued}
                       for o in self.outcomes],
             "dropped": [{"name": n, "why": w} for n, w in self.dropped],
         }, indent=2)
@@ -177,6 +185,7 @@ def work(
     stop = stop or threading.Event()
     outcomes: list[TaskOutcome] = []
     dropped: list[tuple[str, str]] = []
+    queued: set[str] = set()
     batches, taken, stopped = 0, 0, "drained"
     with ray_cluster(address if executor == "ray" else None), _stop_on_sigterm(stop):
         while True:
@@ -204,6 +213,7 @@ def work(
                 st.dequeue(e.workload, e.hardware)
                 dropped.append((e.name, why))
             taken += len(todo)
+            queued.update(str(e.workload) for e in todo)
             if not tasks:
                 continue
             if on_batch is not None:
@@ -224,7 +234,7 @@ def work(
                 stopped = "interrupted"
                 break
     left = len(st.queued(hw))
-    return WorkerReport(outcomes=tuple(outcomes), dropped=tuple(dropped), batches=batches,
+    return WorkerReport(outcomes=tuple(outcomes), queued=frozenset(queued), dropped=tuple(dropped), batches=batches,
                         seconds=time.time() - t0, stopped=stopped, left=left)
 
 
