@@ -10,12 +10,10 @@ first round on, and a search cut short still has it. It is one trial of the task
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from tunecache.search.full.allocator import TaskTally
-from tunecache.search.full.results import FAILED_RUN_SECS, median_secs
-from tunecache.search.full.trivial import _has_valid_record
+from tunecache.search.full.trivial import _has_valid_record, measure_programs
 
 __all__ = ["seed_tasks"]
 
@@ -50,10 +48,7 @@ def seed_tasks(
     set of int
         The tasks seeded. A task whose prediction fails is simply searched as before.
     """
-    from tvm.s_tir import meta_schedule as ms
-
     from tunecache.search.predict import predict_program
-    from tunecache.tvm_layer.measure import measure_mods
 
     chosen: list[tuple[int, Any]] = []
     for i in todo:
@@ -67,21 +62,5 @@ def seed_tasks(
             continue
         if not isinstance(got, str):
             chosen.append((i, got.sch))
-    if not chosen:
-        return set()
-    start = time.perf_counter()
-    results = measure_mods([sch.mod for _, sch in chosen], target, builder=builder, runner=runner)
-    share = (time.perf_counter() - start) / len(chosen)
-    for (i, sch), res in zip(chosen, results, strict=True):
-        run_secs = list(res.run_secs) if res.ok else [FAILED_RUN_SECS]
-        workload = database.commit_workload(contexts[i].mod)
-        database.commit_tuning_record(ms.database.TuningRecord(
-            sch.trace, workload, run_secs, target, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
-        tally = tallies[i]
-        tally.trials += 1
-        tally.seconds += share
-        if res.ok:
-            tally.valid += 1
-            secs = median_secs(res.run_secs)
-            tally.best = secs if tally.best is None else min(tally.best, secs)
+    measure_programs(chosen, contexts, tallies, target, database, builder, runner)
     return {i for i, _ in chosen}

@@ -101,18 +101,28 @@ def measure_fixed(
     builder, runner
         MetaSchedule builder and runner (:func:`~tunecache.tvm_layer.measure.measure_mods`).
     """
-    from tvm.s_tir import meta_schedule as ms
-
-    from tunecache.tvm_layer.measure import measure_mods
-
     todo: list[tuple[int, Any]] = []
     for i, programs in fixed.items():
         if _has_valid_record(database, contexts[i].mod):
             tallies[i].stop = STOP_STORED
         else:
             todo.extend((i, sch) for sch in programs)
+    measure_programs(todo, contexts, tallies, target, database, builder, runner)
+    for i, _ in todo:
+        tallies[i].stop = STOP_TRIVIAL
+
+
+def measure_programs(todo: list[tuple[int, Any]], contexts: list[Any], tallies: list[TaskTally], target: Any,
+                     database: Any, builder: Any, runner: Any) -> None:
+    """Build and measure ``(task index, schedule)`` pairs in one batch, commit each to ``database``
+    (a failed one with :data:`FAILED_RUN_SECS`) and count it in its task's tally (one trial, an
+    even share of the batch's wall time, its latency); the tallies are not stopped."""
     if not todo:
         return
+    from tvm.s_tir import meta_schedule as ms
+
+    from tunecache.tvm_layer.measure import measure_mods
+
     start = time.perf_counter()
     results = measure_mods([sch.mod for _, sch in todo], target, builder=builder, runner=runner)
     share = (time.perf_counter() - start) / len(todo)
@@ -131,7 +141,6 @@ def measure_fixed(
         tally = tallies[i]
         tally.trials += 1
         tally.seconds += share
-        tally.stop = STOP_TRIVIAL
         if res.ok:
             tally.valid += 1
             secs = median_secs(res.run_secs)
