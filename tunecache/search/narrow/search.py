@@ -255,7 +255,7 @@ class NarrowedSearch:
                 )
         self.valid += valid
         if self.progress is not None:
-            from tunecache.search.full import SearchProgress
+            from tunecache.search.full.results import SearchProgress
 
             self.progress(
                 SearchProgress(
