@@ -21,6 +21,7 @@ kind the medians in ms and the ratios).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -133,7 +134,7 @@ def random_samples(mod: Any, target: Any, count: int) -> list[Any]:
 
     meta = ms()
     mat = Materializer(mod, target, 0)
-    out = []
+    out: list[Any] = []
     seed = 1
     while len(out) < count and seed < 8 * count:
         ctx = meta.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
@@ -150,7 +151,8 @@ def random_samples(mod: Any, target: Any, count: int) -> list[Any]:
 def full_search(mod: Any, target: Any, trials: int, work_dir: str, builder: Any, runner: Any,
                 seed: int = 0) -> dict[str, Any]:
     """A MetaSchedule full search of ``trials`` trials on ``mod`` (tunecache's ``tune_tasks``:
-    evolutionary search, XGBoost cost model, no early stopping) into a memory database.
+    evolutionary search, XGBoost cost model, no early stopping, not seeded with the predicted
+    program) into a memory database.
 
     Returns the best program (``best_mod``), every record's median run time in commit order
     (``order_s``, ``inf`` for a failure), and the search's own figures.
@@ -161,9 +163,12 @@ def full_search(mod: Any, target: Any, trials: int, work_dir: str, builder: Any,
     meta = ms()
     db = meta.database.MemoryDatabase()
     t0 = time.perf_counter()
+    kwargs: dict[str, Any] = {}
+    if "seed_predicted" in inspect.signature(tune_tasks).parameters:
+        kwargs["seed_predicted"] = False  # a search from scratch: not seeded with the predicted program
     res = tune_tasks([FullSearchTask("task", mod)], target, db, trials_per_task=trials,
                      max_trials_global=trials, early_stopping=None, seed=seed, work_dir=work_dir,
-                     builder=builder, runner=runner)[0]
+                     builder=builder, runner=runner, **kwargs)[0]
     seconds = time.perf_counter() - t0
     order = []
     for rec in db.get_all_tuning_records():

@@ -8,12 +8,17 @@ sampled decision analytically, from the target and the host's caches, instead of
 
 * **tiles** (``SamplePerfectTile`` of a multi-level tiling, ``SSRSRS`` on CPU): the innermost
   tile of the last spatial axis is :data:`VECTORS` SIMD widths in elements (``avx512f``: 16
-  floats, ``avx2``: 8; one vector measured 2.4x slower on BERT's dense), the innermost tile
-  of the spatial axis before it a few rows (:data:`ROWS`), so the
-  register tile is ``ROWS`` vectors of accumulators; the inner reduction tile is sized so that one
-  step's panels fit half of L1; the outermost tiles give at least :data:`PAR_PER_CORE` parallel
-  items per physical core (outer axes first), and the rest goes to the second level, where the
-  parallel postprocessor does not fuse it;
+  floats, ``avx2``: 8; one vector measured 2.4x slower on BERT's dense), a multiple of the
+  width where one divides the axis, else at most one vector (28 or 56 floats with 16-float
+  vectors ran 7-13x slower than 8 or 14 on NCHW convolutions); the innermost tile of a row
+  axis a few rows (:data:`ROWS`), so the register tile is ``ROWS`` vectors of accumulators.
+  The row axis is one that the reads along the vector axis do not use, so one vector load
+  feeds every row (an NCHW conv's output channels, a dense's rows), else the spatial axis
+  before the vector axis (image rows: MobileNetV2's NCHW 1x1 convs ran 5-20x slower with it).
+  The inner reduction tile is sized so that one step's panels fit half of L1; the outermost
+  tiles give at least :data:`PAR_PER_CORE` parallel items per physical core (outer axes
+  first), and the rest goes to the second level, where the parallel postprocessor does not
+  fuse it;
 * other tiles (an ``rfactor`` split): the inner part a SIMD width;
 * **unroll** (``SampleCategorical``): :data:`UNROLL` (a middle value of ``[0, 16, 64, 512]``);
 * **compute locations**: the block's root where TVM accepts it (as a replay's open sites:
@@ -21,10 +26,12 @@ sampled decision analytically, from the target and the host's caches, instead of
 
 One candidate per sketch is replayed and postprocessed with the repository's
 :class:`~tunecache.search.narrow.align.Materializer`; a static score of the postprocessed TIR
-(:func:`~tunecache.tvm_layer.features.cpu_features`: enough parallel items, a full vector
-width, working sets within L1 and L2) picks one. Nothing is built or run. The cache sizes are
-this host's (a cross-compile gets this host's, not the target's); the constants were set by
-interleaved measurements on one AVX-512 Xeon (``tools/bench_zero_trial.py``).
+(:func:`~tunecache.tvm_layer.features.cpu_features`: enough parallel items, for a tiled block
+the fewest loop nests at the root (an epilogue fused, not a second pass over the output), a
+full vector width, working sets within L1 and L2, the epilogue fused at the outer tile) picks
+one. Nothing is built or run. The cache sizes are this host's (a cross-compile gets this
+host's, not the target's); the constants were set by interleaved measurements on one AVX-512
+Xeon (``tools/bench_zero_trial.py``, ``docs/zero_trial.md``).
 """
 
 from __future__ import annotations
@@ -360,7 +367,9 @@ def _analytic_decisions(skeleton: Any, target: Any, mod: Any = None) -> tuple[di
 def _passes(mod: Any) -> tuple[int, int]:
     """``(loop nests at the root, loops around the output's block)`` of a postprocessed program:
     each root nest is a pass over memory (a layout-rewrite preprocessing block is not counted:
-    it runs once, on weights), and the output's depth says where an epilogue was fused."""
+    it runs once, on weights), and the output's depth says where an epilogue (or a cache
+    write's copy) was fused; 0 where the tiled block writes the output itself (no epilogue: a
+    cache write's extra copy measured 1.1-2x slower on a batch matmul and an NHWC conv)."""
     from tunecache.tvm_layer.features import _prim_func, _walk
 
     blocks, _, _ = _walk(_prim_func(mod))
@@ -368,7 +377,9 @@ def _passes(mod: Any) -> tuple[int, int]:
             and not b.realize.block.annotations.get("meta_schedule.layout_rewrite_preproc")]
     if not real:
         return 0, 0
-    return len({id(b.loops[0]) if b.loops else id(b) for b in real}), len(real[-1].loops)
+    last = real[-1]
+    tiled_last = "meta_schedule.tiling_structure" in last.realize.block.annotations
+    return len({id(b.loops[0]) if b.loops else id(b) for b in real}), 0 if tiled_last else len(last.loops)
 
 
 def _static_score(cand: Any, lanes: int, cores: int, caches: CacheSizes, n_sites: int,
@@ -465,7 +476,9 @@ def predict_program(mod: Any, target: Any, *, seed: int = 0) -> Prediction | str
         try:
             # Tiled (a conv's pad_temp): the block's root. Untiled chains (softmax, norms): the
             # middle accepted loop, which keeps a row's stages together (root 1.4-1.7x slower,
-            # the deepest loop 10x on a 12x128x128 softmax).
+            # the deepest loop 10x on a 12x128x128 softmax). A depthwise conv's padding per
+            # innermost tile instead of at the root: 0.64-0.86x on stride-2 depthwise convs,
+            # 4-12x slower on 7x7 and 14x14 ones (MobileNetV2, interleaved, load 6): root kept.
             if tiled:
                 pick = open_picks(mat, open_sk, dict(chosen), 1)[0]
             else:
