@@ -104,6 +104,41 @@ def test_every_measured_candidate_is_committed(narrowed: dict[str, Any]) -> None
     assert res.best_trace in traces
 
 
+def test_each_committed_record_carries_its_own_measurement(sources: list[Any], target: Any, builder: Any) -> None:
+    """Every candidate of a round is committed with its own run time (a run time left over from
+    the runner loop once gave every record of a round the last candidate's, so a slow program
+    could be stored as the best), and a candidate that failed to run as a failure."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
+
+    @derived_object
+    class CountingRunner(PyRunner):
+        """The k-th candidate run takes (k + 1) ms; every third one fails to run."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def run(self, runner_inputs: Any) -> Any:
+            futures = []
+            for _ in runner_inputs:
+                self.calls += 1
+                result = RunnerResult(None, "boom") if self.calls % 3 == 0 else RunnerResult([1e-3 * self.calls], None)
+                futures.append(RunnerFuture(lambda: True, lambda r=result: r))
+            return futures
+
+    db = ms.database.MemoryDatabase()
+    res = narrowed_search(sources, _matmul(*ALPHA), target, builder=builder, runner=CountingRunner(),
+                          max_trials=8, round_size=4, seed=1, database=db, remeasure_top=0)
+    secs = [float(r.run_secs[0]) for r in db.get_all_tuning_records()]
+    assert len(secs) == res.trials >= 4
+    valid = [s for s in secs if s < 1.0]
+    assert len(valid) == len(set(valid)), secs  # no two candidates share a measurement
+    assert len(valid) < len(secs)  # the failed runs are stored as failures
+    assert res.best_latency_s == min(valid)
+
+
 def test_result_replays_on_alpha_and_is_correct(narrowed: dict[str, Any], target: Any) -> None:
     tvm = load_tvm("llvm")
     from tvm.s_tir.schedule import Schedule, Trace

@@ -351,6 +351,7 @@ def edmonds(n: int, edges: list[tuple[int, int, float]]) -> list[int]:
     """
     rounds = []
     root, cur = 0, edges
+    chosen: list[int] = []
     while True:
         best = [-1] * n
         bw = [math.inf] * n

@@ -298,6 +298,8 @@ class Materializer:
         TVM what it would apply, e.g. :func:`open_locations`)."""
         from tvm.s_tir.schedule import Schedule, Trace
 
+        sch: Any = None
+        applied: Any = ()
         try:
             sch = Schedule(self.mod, seed=self.seed)
             trace = [self.insts_for_alpha(skeleton), [[i, decisions[i]] for i in sorted(decisions)]]

@@ -248,7 +248,7 @@ class NarrowedSearch:
                     self.ms.database.TuningRecord(
                         cand.sch.trace,
                         self.workload,
-                        secs if secs is not None else [_FAILED_RUN_SECS],
+                        cand_secs if cand_secs is not None else [_FAILED_RUN_SECS],
                         self.target,
                         self._args_info(cand),
                     )

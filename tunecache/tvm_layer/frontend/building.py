@@ -135,7 +135,7 @@ def build(
     _check_prepared_for(mod, t)
     _, lower, finalize = _backend_passes(t)
     with t, tvm.transform.PassContext(opt_level=3):
-        prepared = mod
+        prepared = applied = mod
         if database is not None:
             with database, stage("build", operator="relax.transform.MetaScheduleApplyDatabase"):
                 # Constructed inside the target scope: the pass reads Target.current().
