@@ -170,12 +170,15 @@ def warm(
 def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, full_trials: int,
                reuse_trials: int, time_budget_s: float | None, executor: str = "local", address: str | None = None,
                runner: str | None = None, bridges: bool = True, dry_run: bool = False, seed: int | None = None,
-               progress: bool = True, holder: str | None = None, label: str = "warm") -> WarmReport:
+               progress: bool = True, holder: str | None = None, label: str = "warm",
+               polish: bool = False) -> WarmReport:
     """The body of :func:`warm` once the tasks, target, store and cluster are there (the
     worker's too, :mod:`tunecache.worker`): plan the tasks not done, execute the plan.
 
     ``tasks`` have ``key``, ``name``, ``weight``, ``mod``; ``t0`` is when the caller started;
-    ``label`` names the progress line. Other parameters as in :func:`warm`.
+    ``label`` names the progress line; ``polish`` (the local executor) gives the tasks the plan
+    tuned or reused one more full search up to ``full_trials`` records each
+    (:func:`tunecache.search.execute.execute_plan`). Other parameters as in :func:`warm`.
     """
     from tunecache.pipeline import stored_records
     from tunecache.planning import make_plan
@@ -234,7 +237,7 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
                     tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials,
                     runner=rpc_runner(runner) if runner else None, time_budget_s=time_budget_s,
                     seed=seed, holder=holder or "", progress=on_round) as ctx:
-                outcomes = execute_plan(mp, mods, ctx, on_step=on_step)
+                outcomes = execute_plan(mp, mods, ctx, on_step=on_step, polish=polish)
     except Interrupted as stop:
         raise Interrupted(stop.trials, stored_records(st, hw, [t.key for t in todo])) from stop
     finally:

@@ -5,7 +5,9 @@ A compile with ``tune="background"`` measures nothing; it queues its misses in t
 from the module the store holds, and tunes them as ``tunecache warm`` does (one reuse plan over
 the batch, narrowed searches where a stored program is similar, full search otherwise,
 :func:`tunecache.warming.warm_tasks`), committing as it goes. A task leaves the queue when its
-search is marked done.
+search is marked done. Then, since a worker is there for the quality of what users are served
+rather than for saving trials, the tasks the batch tuned or reused get one more full search
+seeded with what the plan found, up to ``trials_per_task`` records each (the local executor).
 
 Two workers never tune the same task: a worker skips tasks another live worker has claimed, and
 the claims with their leases (:mod:`tunecache.store.claims`) settle the rest. A worker that is
@@ -281,7 +283,7 @@ def _tune(tasks: list[Any], tgt: Any, hw: Any, st: Any, trials: int, reuse_trial
 
     return warm_tasks(tasks, tgt, hw, st, time.time(), full_trials=trials, reuse_trials=reuse_trials,
                       time_budget_s=left_s, executor=executor, address=address, runner=runner, seed=seed,
-                      progress=progress, holder=holder, label="worker")
+                      progress=progress, holder=holder, label="worker", polish=True)
 
 
 @contextlib.contextmanager

@@ -401,6 +401,7 @@ def execute_plan(
     on_step: Callable[[TaskOutcome], None] | None = None,
     transfer: bool = True,
     max_trials: int | None = None,
+    polish: bool = False,
 ) -> dict[str, TaskOutcome]:
     """Run ``mp``'s steps in order; return an outcome per node (tasks and bridges).
 
@@ -428,6 +429,11 @@ def execute_plan(
     max_trials
         Most trials the whole plan may spend (default :func:`plan_budget` of ``mp``). A step
         never takes what the steps after it may need (their :func:`step_caps`).
+    polish
+        Without a deadline: once every step is done (and marked done), one more full search of
+        the tasks the plan tuned or reused, each up to ``ctx.full_trials`` records, starting
+        from what the plan found (:func:`top_up`; ``tunecache worker``, where quality matters
+        more than trials). With a deadline, the time left is spent that way anyway.
 
     Raises
     ------
@@ -521,10 +527,11 @@ def execute_plan(
                 if time.time() > give_up:
                     break
                 time.sleep(1.0)  # another warmer holds these: wait for its done mark or lease expiry
-        if not pending and not stop_requested() and deadline is not None and deadline - time.time() > TOP_UP_MIN_S:
+        time_left = deadline is not None and deadline - time.time() > TOP_UP_MIN_S
+        if not pending and not stop_requested() and (time_left or (polish and deadline is None)):
             share_model()
             before = sum(o.trials for o in out.values())
-            out = top_up(mp, specs, out, searching(ctx), max_total=budget - spent)
+            out = top_up(mp, specs, out, searching(ctx), max_total=budget - spent if time_left else None)
             spent += sum(o.trials for o in out.values()) - before
     except Interrupted as stop:  # raised by a search with the trials it spent
         raise Interrupted(spent + stop.trials) from stop
