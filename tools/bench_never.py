@@ -10,7 +10,8 @@ architectures built from their configs with random weights, nothing downloaded:
 ``image`` (pixels), ``hidden`` (see ``HF``; batch 1 always). Each is wrapped to return its first
 output and run in eval mode under ``torch.no_grad``. Arms, all in this process:
 
-* ``eager``: the PyTorch module itself (``torch.get_num_threads()`` threads);
+* ``eager``: the PyTorch module itself (``torch.get_num_threads()`` threads; ``--threads N`` sets
+  every arm's thread count: on a shared machine one thread each is far less sensitive to load);
 * ``ort``: the module exported with ``torch.onnx.export(dynamo=False)`` (the TorchScript exporter:
   torch 2.13's dynamo exporter needs ``onnxscript``) and run by ONNX Runtime's
   ``CPUExecutionProvider`` with default session options (intra-op threads = physical cores). A
@@ -259,8 +260,10 @@ def _quiet_fd2() -> Any:
         os.close(saved)
 
 
-def ort_arm(module: Any, inputs: tuple[Any, ...], tmp: str) -> tuple[Callable[[], Any] | None, dict[str, Any]]:
-    """Export to ONNX and open an ONNX Runtime CPU session; ``(call, info)``, call ``None`` on failure."""
+def ort_arm(module: Any, inputs: tuple[Any, ...], tmp: str,
+            threads: int = 0) -> tuple[Callable[[], Any] | None, dict[str, Any]]:
+    """Export to ONNX and open an ONNX Runtime CPU session (default options; ``threads`` intra-op
+    threads if set); ``(call, info)``, call ``None`` on failure."""
     import torch
 
     try:
@@ -296,7 +299,10 @@ def ort_arm(module: Any, inputs: tuple[Any, ...], tmp: str) -> tuple[Callable[[]
         return None, info
     try:
         t0 = time.perf_counter()
-        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = threads
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         info["session_s"] = round(time.perf_counter() - t0, 2)
     except Exception as err:  # noqa: BLE001 - as above
         info["error"] = f"session: {type(err).__name__}: {str(err).strip()[:400]}"
@@ -386,7 +392,7 @@ def bench_model(spec: str, a: argparse.Namespace) -> dict[str, Any]:
         want = _first(module(*inputs))
         calls["eager"] = lambda: module(*inputs)
         if not a.no_ort:
-            fn, out["ort"] = ort_arm(module, inputs, tmp)
+            fn, out["ort"] = ort_arm(module, inputs, tmp, a.threads)
             if fn is not None:
                 calls["ort"] = fn
         compile_s: dict[str, float] = {}
@@ -519,8 +525,9 @@ def plot(doc: dict[str, Any], path: str) -> None:
     ax.set_xticks(range(len(models)))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("latency / PyTorch eager (log)")
-    ax.set_title(f"batch 1, {doc['cpu']}, {doc['cores']} cores", fontsize=9)
-    ax.legend(fontsize=8)
+    load = f"load {doc['load_before'][0]:.1f} -> {doc['load_after'][0]:.1f}"
+    ax.set_title(f"batch 1, median of {doc['rounds']} rounds, {doc['cpu']}, {doc['cores']} cores, {load}", fontsize=9)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -546,11 +553,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-tvm-baseline", action="store_true", help="skip the plain tvm.compile compile-time baseline")
     ap.add_argument("--no-profile", dest="profile", action="store_false",
                     help="skip the per-kernel profile of the predicted arm")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads for every arm (torch.set_num_threads, TVM_NUM_THREADS, ONNX Runtime's "
+                         "intra-op threads); default 0: each runtime's default")
     ap.add_argument("--json", default="", help="also write the JSON here")
     ap.add_argument("--plot", default="", help="write a PNG of each arm's latency ratio to eager here")
     a = ap.parse_args(argv)
+    if a.threads:
+        os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM's thread pool starts
     import torch
 
+    if a.threads:
+        torch.set_num_threads(a.threads)
     from tunecache.tvm_layer import load_tvm
 
     warnings.filterwarnings("ignore")
@@ -559,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
 
     doc: dict[str, Any] = {"command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
                            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu": cpu_model(), "cores": os.cpu_count(),
-                           "torch_threads": torch.get_num_threads(), "load_before": os.getloadavg(),
+                           "torch_threads": torch.get_num_threads(), "threads_option": a.threads,
+                           "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"), "load_before": os.getloadavg(),
                            "rounds": a.rounds, "untuned_rounds": a.untuned_rounds, "versions": {}, "models": []}
     for pkg in ("torch", "transformers", "apache-tvm", "onnx", "onnxruntime"):
         try:
