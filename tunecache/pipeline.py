@@ -43,7 +43,8 @@ class Lookup:
     failed
         Tasks searched before on this hardware with no candidate that built and ran (e.g. a
         gather whose random index inputs are out of bounds): searching again would fail the
-        same way, so they compile with TVM's default schedule unless ``tune="always"``.
+        same way, so unless ``tune="always"`` they are served a replayed or predicted program
+        (TVM's default schedule where there is none) and never searched or queued.
     """
 
     best: dict[WorkloadKey, Record | None]
@@ -194,11 +195,16 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
                 printer.close(result.trials)
     replays = {}
     queued: frozenset[WorkloadKey] = frozenset()
-    if misses and tune in ("never", "background"):                                    # 2'. replay
+    # A task searched before with no candidate that ran (a gather whose random indices fall out
+    # of bounds when measured) is served a replayed or predicted program in every mode, and
+    # never queued: searching it again fails the same way.
+    failed = [t for t in tasks if t.key in found.failed and t not in misses]
+    unserved = (misses if tune in ("never", "background") else []) + failed
+    if unserved:                                                                      # 2'. replay
         from tunecache.replay import replay_misses
 
-        replays = replay_misses(misses, target, hw, store)
-        if tune == "background":                                                      # 2''. queue
+        replays = replay_misses(unserved, target, hw, store)
+        if tune == "background" and misses:                                           # 2''. queue
             queued = _queue(misses, replays, store, hw, model_name)
     final = dict(found.best)
     final.update({t.key: next(iter(store.best_k(t.key, hw, 1)), None) for t in misses})  # searched: read again

@@ -366,9 +366,10 @@ def compile_report(tasks: list[Any], lookup: Any, result: Any, best: dict[Any, A
                                    latency_s=latency, note="re-tune found nothing better; stored record used"))
         elif t.key in replays and replays[t.key].record is not None:
             r = replays[t.key]
+            why = ("searched before on this hardware: no candidate built and ran (tune='always' searches "
+                   "again)" if t.key in lookup.failed else f"not in store: {store.explain_miss(t.key, hw).reason}")
             rows.append(TaskReport(**common, outcome="predicted" if r.how == "predicted" else "replayed",
-                                   source=r.source_name or r.source,
-                                   note=f"{r.note}; not in store: {store.explain_miss(t.key, hw).reason}"))
+                                   source=r.source_name or r.source, note=f"{r.note}; {why}"))
         else:
             if s is not None:
                 note = s.note
