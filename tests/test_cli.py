@@ -148,8 +148,12 @@ def _interrupt(cmd: list[str], db: Path, tmp: Path) -> tuple[int, str]:
     from tunecache.store import Store
 
     tmp.mkdir(exist_ok=True)
+    # As at a terminal: SIGINT handled by default, even when this test runs under a shell that
+    # started it in the background (which ignores SIGINT in what it starts, and children inherit
+    # that; tunecache then rightly leaves the signal alone, as under nohup).
     p = subprocess.Popen([sys.executable, "-m", "tunecache.cli", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp)})
+                         text=True, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp)},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 600
     try:
         while time.time() < deadline and p.poll() is None:

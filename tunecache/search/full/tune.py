@@ -463,9 +463,12 @@ def _search_the_rest(
     sub_caps = [min(budget.caps[i], task_cap) for i in searched]
     sub_tallies = [tallies[i] for i in searched]
     weights = [float(tasks[i].weight) for i in searched]
-    def progress_of_all(event: SearchProgress) -> None:  # the tracker counts the searched tasks only
+    # The tracker counts the searched tasks' trials (their seeds included): add the others'.
+    outside = spent - sum(t.trials for t in sub_tallies)
+
+    def progress_of_all(event: SearchProgress) -> None:
         assert progress is not None
-        progress(replace(event, total_trials=spent + event.total_trials))
+        progress(replace(event, total_trials=outside + event.total_trials))
 
     tracker = tracker_cls(
         [tasks[i].name for i in searched],
@@ -473,7 +476,7 @@ def _search_the_rest(
         timeline,
         n_global,
         time_budget_s,
-        progress_of_all if progress is not None and spent else progress,
+        progress_of_all if progress is not None and outside else progress,
         scheduler == "gradient",
     )
     if scheduler == "gradient":
@@ -489,7 +492,7 @@ def _search_the_rest(
                 weights,
                 max_trials_per_task=sub_caps,
                 # its tallies count the seeds already measured (tunecache.search.full.seed)
-                max_trials_global=n_global - (spent - sum(t.trials for t in sub_tallies)),
+                max_trials_global=n_global - outside,
                 deadline=budget.deadline,
                 early_stopping=early_stopping,
                 window_trials=window,
