@@ -216,3 +216,25 @@ def test_cli_compile_in_background_queues_and_db_queue_lists_by_model(tmp_path: 
     none = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "queue", "--db", db, "--model", "other"],
                           capture_output=True, text=True, check=True)
     assert "queue is empty for model other" in none.stdout
+
+
+def test_a_task_that_stays_queued_is_not_taken_forever(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose search leaves a task neither done nor failed (cut short, nothing to give):
+    the worker takes it at most MAX_TRIES times in one run, then stops instead of spinning."""
+    from types import SimpleNamespace
+
+    from tunecache import worker
+    from tunecache.values import TaskOutcome
+
+    db = str(tmp_path / "stuck.db")
+    tunecache.compile(relax_matmul_relu(8, 8, 8), store=db, tune="background", progress=False)
+    calls: list[int] = []
+
+    def no_progress(tasks: list[Any], *args: Any, **kwargs: Any) -> Any:  # deterministic: a real search may finish
+        calls.append(len(tasks))
+        return SimpleNamespace(outcomes=[TaskOutcome(t.name, t.name, t.key, "fallback", note="time budget spent")
+                                         for t in tasks])
+
+    monkeypatch.setattr(worker, "_tune", no_progress)
+    rep = worker.work(store=db, once=True, progress=False)
+    assert calls == [1] * worker.MAX_TRIES and rep.stopped == "drained" and rep.left == 1 and rep.dropped == ()

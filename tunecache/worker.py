@@ -32,10 +32,13 @@ from tunecache.errors import ConfigError, Interrupted
 from tunecache.store.values import QueueEntry
 from tunecache.values import TaskOutcome
 
-__all__ = ["DEFAULT_POLL_S", "WorkerReport", "work"]
+__all__ = ["DEFAULT_POLL_S", "MAX_TRIES", "WorkerReport", "work"]
 
 #: Seconds between two looks at an empty queue.
 DEFAULT_POLL_S = 10.0
+#: Times one run of a worker takes the same task (a task still queued after that waits for
+#: another run, or another worker).
+MAX_TRIES = 2
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,7 @@ def work(
     outcomes: list[TaskOutcome] = []
     dropped: list[tuple[str, str]] = []
     queued: set[str] = set()
+    tries: dict[str, int] = {}
     batches, taken, stopped = 0, 0, "drained"
     with ray_cluster(address if executor == "ray" else None), _stop_on_sigterm(stop):
         while True:
@@ -201,7 +205,9 @@ def work(
             if left_s is not None and left_s <= 0:
                 stopped = "time budget"
                 break
-            todo = _takeable(st, hw, me)
+            # A task taken twice in this run and still queued (its search was cut short, or
+            # its source had nothing to give) waits for another run instead of spinning here.
+            todo = [e for e in _takeable(st, hw, me) if tries.get(str(e.workload), 0) < MAX_TRIES]
             if max_tasks is not None:
                 todo = todo[:max_tasks - taken]
             todo = todo[:batch]
@@ -216,6 +222,8 @@ def work(
                 dropped.append((e.name, why))
             taken += len(todo)
             queued.update(str(e.workload) for e in todo)
+            for e in todo:
+                tries[str(e.workload)] = tries.get(str(e.workload), 0) + 1
             if not tasks:
                 continue
             if on_batch is not None:
