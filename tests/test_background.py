@@ -180,6 +180,19 @@ def test_sigterm_stops_a_worker_after_the_round_in_flight(tmp_path: Path) -> Non
     assert st.claim_holder(entry.workload, hw) is None and not st.is_done(entry.workload, hw)
 
 
+def test_a_read_only_store_serves_in_the_background_and_queues_nothing(warm: str, tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    db = _copy(warm, tmp_path / "ro.db")
+    ro = open_store(db, read_only=True)
+    with caplog.at_level("WARNING", logger="tunecache"):
+        cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=ro, tune="background", progress=False)
+    (task,) = cm.report.tasks
+    assert task.outcome == "replayed" and not task.queued and cm.report.queued == ()
+    assert "nothing queued for tuning" in caplog.text and "read-only" in caplog.text
+    _check(cm, 32, 64, 48)
+    assert open_store(db).queued() == []
+
+
 def test_worker_refuses_bad_settings_with_a_sentence(tmp_path: Path) -> None:
     from tunecache.errors import ConfigError
     from tunecache.worker import work
@@ -213,6 +226,13 @@ def test_cli_compile_in_background_queues_and_db_queue_lists_by_model(tmp_path: 
     table = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "queue", "--db", db, "--model", model],
                            capture_output=True, text=True, check=True)
     assert f"{len(entries)} tasks queued (by model: {model} {len(entries)})" in table.stdout
+    hw_id = entries[0]["hardware"]
+    mine = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "queue", "--db", db, "--hardware", hw_id[:8],
+                           "--json"], capture_output=True, text=True, check=True)
+    assert len(json.loads(mine.stdout)) == len(entries)  # a key with queued tasks and no records yet
+    other = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "queue", "--db", db, "--hardware", "zz"],
+                           capture_output=True, text=True)
+    assert other.returncode == 1 and hw_id in other.stderr
     none = subprocess.run([sys.executable, "-m", "tunecache.cli", "db", "queue", "--db", db, "--model", "other"],
                           capture_output=True, text=True, check=True)
     assert "queue is empty for model other" in none.stdout

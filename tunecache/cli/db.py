@@ -62,20 +62,19 @@ def _cmd_db_stats(a: argparse.Namespace) -> int:
 
 
 def _cmd_db_queue(a: argparse.Namespace) -> int:
-    from tunecache.report import format_seconds
+    from tunecache.report import format_seconds, plural
     from tunecache.store import open_store
 
     st = open_store(a.db, read_only=True, create=False)
     hw = None
     if a.hardware:
-        hw = next((h for h in st.hardware_keys() if h.id.startswith(a.hardware)), None)
+        waiting = {e.hardware.id: e.hardware for e in st.queued()}  # a key may have no records yet
+        hw = next((h for h in [*waiting.values(), *st.hardware_keys()] if h.id.startswith(a.hardware)), None)
         if hw is None:
-            waiting = {e.hardware.id for e in st.queued()}
-            raise_for = ", ".join(sorted(waiting)) or "none"
             from tunecache.errors import ConfigError
 
-            raise ConfigError(f"--hardware {a.hardware}: no hardware key with records starts with it "
-                              f"(keys with queued tasks: {raise_for}); see `tunecache db stats`")
+            raise ConfigError(f"--hardware {a.hardware}: no hardware key starts with it (keys with queued tasks: "
+                              f"{', '.join(sorted(waiting)) or 'none'}); see `tunecache db stats`")
     entries = st.queued(hw, limit=a.limit or None)
     if a.model:
         entries = [e for e in entries if a.model in e.models]
@@ -101,7 +100,7 @@ def _cmd_db_queue(a: argparse.Namespace) -> int:
         for m in e.models:
             models[m] = models.get(m, 0) + 1
     per_model = ", ".join(f"{m} {n}" for m, n in sorted(models.items(), key=lambda kv: -kv[1]))
-    print(f"\n{len(entries)} tasks queued" + (f" (by model: {per_model})" if per_model else "")
+    print(f"\n{plural(len(entries), 'task')} queued" + (f" (by model: {per_model})" if per_model else "")
           + "; `tunecache worker` tunes them")
     return 0
 
