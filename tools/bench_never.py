@@ -58,6 +58,9 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_coverage import _wrap  # noqa: E402 - a transformers model called with positional inputs
 
 DEFAULT_MODELS = ["small_cnn", "resnet18", "mobilenet_v2", "bert_base:num_layers=2", "hf:gpt2", "hf:llama",
                   "hf:roberta", "hf:distilbert", "hf:vit", "hf:bart_encoder"]
@@ -67,22 +70,6 @@ ARMS = ("eager", "ort", "predicted", "untuned")
 # ---------------------------------------------------------------------------------------------
 # transformers models from their configs
 # ---------------------------------------------------------------------------------------------
-
-
-def _wrap(model: Any, names: tuple[str, ...]) -> Any:
-    """``model`` called with keyword inputs ``names``, returning its first output only."""
-    import torch
-
-    class First(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *args: torch.Tensor) -> torch.Tensor:
-            out = self.model(**dict(zip(names, args, strict=True)))
-            return out if isinstance(out, torch.Tensor) else out[0]
-
-    return First().eval()
 
 
 def _ids(vocab: int, seq: int) -> Any:
