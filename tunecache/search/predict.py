@@ -467,7 +467,7 @@ def predict_program(mod: Any, target: Any, *, seed: int = 0) -> Prediction | str
     if not skeletons:
         return "the design space is empty"
     lanes, cores, caches = _lanes(target), _cores(target), cache_sizes()
-    mat = Materializer(mod, target, seed)
+    mat = Materializer(mod, target, seed, sketches=[list(sk.insts) for sk in skeletons])
     best: tuple[tuple[float, ...], int, Any, str] | None = None
     for sk in skeletons:
         chosen, how = _analytic_decisions(sk, target, mod)

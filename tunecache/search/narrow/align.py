@@ -197,7 +197,9 @@ class Candidate:
 class Materializer:
     """Replays skeletons with given decisions on alpha and runs the target's postprocessors."""
 
-    def __init__(self, mod: Any, target: Any, seed: int) -> None:
+    def __init__(self, mod: Any, target: Any, seed: int, sketches: list[list[Any]] | None = None) -> None:
+        """``sketches``: alpha's design-space sketches (trace JSON instructions) when the caller
+        has them already (generating them again costs ~0.02 s a task)."""
         load_tvm(str(target.kind.name))
         from tvm.s_tir import meta_schedule as ms
 
@@ -216,7 +218,7 @@ class Materializer:
         self.is_cuda = str(target.kind.name) == "cuda"
         self.failed_replay = 0
         self.failed_postproc = 0
-        self._alpha_sketches: list[list[Any]] | None = None
+        self._alpha_sketches: list[list[Any]] | None = sketches
         self._renamed: dict[str, list[Any]] = {}
 
     def alpha_sketches(self) -> list[list[Any]]:

@@ -30,6 +30,7 @@ from tunecache.tvm_layer.frontend.importing import (
     _require_torch,
     _torch_or_none,
 )
+from tunecache.tvm_layer.frontend.numpy_fold import kernel_values, substitute_constants
 from tunecache.tvm_layer.frontend.prepare import (
     WEIGHT_PREPACK,
     _backend_passes,
@@ -253,9 +254,18 @@ def _prepack_weights(applied: tvm.IRModule, prepared: tvm.IRModule) -> tvm.IRMod
     aside = {gv: f for gv, f in applied.functions_items() if isinstance(f, tirx.PrimFunc) and gv.name_hint not in keep}
     work = tvm.IRModule({gv: f for gv, f in applied.functions_items() if gv not in aside}, attrs=applied.attrs,
                         global_infos=applied.global_infos)
+    before = {gv.name_hint for gv in work.get_global_vars()}
     with stage("build", operator="relax.transform.SplitLayoutRewritePreproc"):
-        work = tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(),
-                                         relax.transform.FoldConstant()])(work)
+        work = relax.transform.SplitLayoutRewritePreproc()(work)
+        # The re-layouts the pass split off, computed with numpy (FoldConstant compiles each with
+        # LLVM: ~0.1 s a kernel); what numpy declines is folded by FoldConstant as before.
+        split = {gv.name_hint for gv in work.get_global_vars()} - before
+        work, folded = substitute_constants(work, kernel_values(work, split))
+        if folded:  # the calls they replace, dead now, would be compiled by FoldConstant all the same
+            for gv, f in list(work.functions_items()):
+                if isinstance(f, relax.Function):
+                    work[gv] = relax.analysis.remove_all_unused(f)
+        work = relax.transform.FoldConstant()(work)
     for gv, f in aside.items():
         work[gv] = f
     return relax.transform.DeadCodeElimination()(work)

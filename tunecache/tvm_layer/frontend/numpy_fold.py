@@ -17,7 +17,7 @@ never folded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tunecache.tvm_layer import load_tvm
@@ -25,7 +25,7 @@ from tunecache.tvm_layer import load_tvm
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
-__all__ = ["constant_values", "substitute_constants", "FOLD_MAX_ELEMENTS"]
+__all__ = ["constant_values", "kernel_values", "substitute_constants", "FOLD_MAX_ELEMENTS"]
 
 #: Largest constant (in elements) folded here; larger ones are left to ``FoldConstant``.
 FOLD_MAX_ELEMENTS = 1 << 26
@@ -166,6 +166,58 @@ def constant_values(mod: tvm.IRModule) -> dict[Any, Any]:
                     value = value_of(v)
                     if value is not None and hasattr(value, "shape"):
                         env[binding.var] = value
+    return env
+
+
+def kernel_values(mod: tvm.IRModule, kernels: Collection[str]) -> dict[Any, Any]:
+    """The numpy value of every call of the kernels ``kernels`` whose arguments are all constants.
+
+    The kernels are run by :func:`~tunecache.tvm_layer.frontend.tir_eval.evaluate` (copies and
+    re-layouts: a weight prepack split off a scheduled kernel). A call it declines is left out.
+
+    Returns
+    -------
+    dict
+        ``{relax.Var: numpy.ndarray}`` for :func:`substitute_constants`: each single-output call's
+        variable, and each ``lv[i]`` taken from a multi-output call.
+    """
+    tvm = load_tvm()
+    import numpy as np
+    from tvm import relax
+
+    from tunecache.tvm_layer.frontend.tir_eval import evaluate
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    const_type = tvm.ir.expr.Constant
+    outputs: dict[int, list[Any]] = {}  # multi-output calls, by variable handle
+    env: dict[Any, Any] = {}
+    for _, func in mod.functions_items():
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                if not isinstance(binding, relax.VarBinding):
+                    continue
+                v = binding.value
+                if isinstance(v, relax.TupleGetItem) and isinstance(v.tuple_value, relax.Var):
+                    values = outputs.get(v.tuple_value.__chandle__())
+                    if values is not None and 0 <= int(v.index) < len(values):
+                        env[binding.var] = values[int(v.index)]
+                    continue
+                if not (isinstance(v, relax.Call) and v.op.same_as(call_tir) and len(v.args) == 2):
+                    continue
+                gv, args = v.args
+                if not isinstance(gv, tvm.ir.GlobalVar) or gv.name_hint not in kernels:
+                    continue
+                if not isinstance(args, relax.Tuple) or not all(isinstance(a, const_type) for a in args.fields):
+                    continue
+                got = evaluate(mod[gv], [np.asarray(a.value.numpy()) for a in args.fields])
+                if got is None:
+                    continue
+                if isinstance(binding.var.ty, relax.TupleType) or len(got) > 1:
+                    outputs[binding.var.__chandle__()] = got
+                else:
+                    env[binding.var] = got[0]
     return env
 
 
