@@ -109,6 +109,44 @@ def test_register_tile_follows_the_simd_width(tvm: Any, mcpu: str, lanes: int) -
     assert np.prod(k_tile) == 64 and k_tile[1] > 1
 
 
+@pytest.mark.parametrize(("mcpu", "rows"), [("skylake-avx512", 8), ("haswell", 4)])
+def test_prime_row_count_gets_a_padded_register_tile(tvm: Any, mcpu: str, rows: int) -> None:
+    """197 rows (ViT's tokens, prime) get full register tiles over 200 rows, not 1-row tiles;
+    the program is correct and its record replays (the split's factors are in the trace)."""
+    from tvm.s_tir import Schedule
+
+    from tunecache.search.predict import predict_program, predicted_record
+    from tunecache.tvm_layer.convert import record_to_tvm, workload_of
+    from tunecache.tvm_layer.target import hardware_key
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": mcpu})
+    mod = te_matmul(tvm, 197, 64, 32)
+    got = predict_program(mod, target)
+    assert not isinstance(got, str), got
+    insts = got.sch.trace.as_json()[0]
+    literal = [i for i in insts if str(i[0]) == "Split" and "None" in [str(x) for x in i[1][1:]]]
+    assert len(literal) == 1 and int(literal[0][1][-1]) == rows  # the row axis, padded to whole tiles
+    assert "T.where" in got.sch.mod.script()  # the last row tile is predicated
+
+    key, _, workload = workload_of(mod)
+    rec = predicted_record(mod, key, hardware_key(target), target)
+    assert isinstance(rec, Record), rec
+    sch = Schedule(mod, seed=1)
+    record_to_tvm(rec, workload, target).trace.apply_to_schedule(sch, remove_postproc=False)
+    import tvm_ffi
+
+    assert tvm_ffi.structural_equal(sch.mod, got.sch.mod)
+    if mcpu == "skylake-avx512":
+        return  # this host may lack AVX-512: run the AVX2 program only
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((197, 32)).astype("float32"), rng.standard_normal((32, 64)).astype("float32")
+    ex = tvm.compile(sch.mod, target=target)
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.zeros((197, 64), "float32"), device=dev)
+    ex["main"](tvm.runtime.tensor(a, device=dev), tvm.runtime.tensor(b, device=dev), out)
+    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_prediction_is_deterministic(tvm: Any, target: Any) -> None:
     from tunecache.search.predict import predict_program
 
