@@ -303,7 +303,7 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     want = cores * PAR_PER_CORE
     have = 1
     order = [idx for idx, _ in g.spatial if idx != vec] + ([vec] if vec is not None else [])
-    if padded_row:  # split in parallel last: [3, None, 1, 8] rows by [2, 24, 2, 32] ran 2.2x slower
+    if padded_row and row is not None:  # parallel last: [3, None, 1, 8] by [2, 24, 2, 32] ran 2.2x slower
         order = [idx for idx in order if idx != row] + [row]
     for idx in order:
         if have >= want:
