@@ -471,12 +471,9 @@ def _imperfect_splits(sk: Any, chosen: dict[int, Any]) -> tuple[list[Any], dict[
 
 def _design_space_skeletons(mod: Any, target: Any) -> list[Any]:
     from tunecache.search.narrow.align import Skeleton
-    from tunecache.tvm_layer.sketch import _design_space
+    from tunecache.tvm_layer.sketch import design_space_json
 
-    out = []
-    for i, sch in enumerate(_design_space(mod, target)):
-        out.append(Skeleton(i, decode_trace(sch.trace.as_json())))
-    return out
+    return [Skeleton(i, decode_trace(t)) for i, t in enumerate(design_space_json(mod, target))]
 
 
 def predict_program(mod: Any, target: Any, *, seed: int = 0) -> Prediction | str:

@@ -13,17 +13,22 @@ variables (so the dataflow between instructions is part of the structure). Block
 (``GetSBlock``'s ``name`` and ``func_name``) are dropped: they differ between a TE-built and a
 Relax-built task of the same computation. Sampled decisions are never part of it.
 
-Nothing is cached on disk; generating a design space takes a few milliseconds.
+Nothing is cached on disk. Generating a design space takes 10-40 ms; a compile asks for each
+task's twice (describing its tasks, predicting programs for the misses), so the sketches' traces
+are memoized in memory per task and target (:func:`design_space_json`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["OPEN_KINDS", "SAMPLE_KINDS", "as_target", "decision_digest", "decision_signature", "decision_text",
-           "decision_texts", "reuse_text", "site_lines", "sketch_set", "sketch_signature", "sketch_texts"]
+           "decision_texts", "design_space_json", "reuse_text", "site_lines", "sketch_set", "sketch_signature",
+           "sketch_texts"]
 
 #: Attributes of these instruction kinds name things (blocks, functions), not structure.
 _DROP_ATTRS = {"GetSBlock": (0, 1), "GetBlock": (0, 1)}
@@ -134,6 +139,37 @@ def _design_space(mod: Any, target: Any) -> list[Any]:
     return list(ctx.generate_design_space())
 
 
+#: Design spaces memoized by :func:`design_space_json` (most recently used last).
+_SPACES: OrderedDict[tuple[int, str], tuple[Any, tuple[Any, ...]]] = OrderedDict()
+_SPACES_MAX = 512
+_SPACES_LOCK = threading.Lock()
+
+
+def design_space_json(mod: Any, target: Any) -> tuple[Any, ...]:
+    """The trace JSON (``[instructions, decisions]``) of every sketch of ``mod``'s design space.
+
+    The space is generated with a fixed random state, so it is the same every time for the
+    same task and target; the last :data:`_SPACES_MAX` are memoized (keyed by structural hash
+    and target, checked by structural equality).
+    """
+    import tvm_ffi
+
+    m = _as_module(mod)
+    tgt = as_target(target)
+    key = (int(tvm_ffi.structural_hash(m)), str(tgt))
+    with _SPACES_LOCK:
+        hit = _SPACES.get(key)
+        if hit is not None and tvm_ffi.structural_equal(hit[0], m):
+            _SPACES.move_to_end(key)
+            return hit[1]
+    traces = tuple(sch.trace.as_json() for sch in _design_space(m, tgt))
+    with _SPACES_LOCK:
+        _SPACES[key] = (m, traces)
+        while len(_SPACES) > _SPACES_MAX:
+            _SPACES.popitem(last=False)
+    return traces
+
+
 def sketch_texts(mod: Any, target: Any) -> tuple[str, ...]:
     """Return the readable structure of every sketch in ``mod``'s design space.
 
@@ -242,8 +278,7 @@ def decision_texts(mod: Any, target: Any) -> tuple[str, ...]:
     """Return :func:`decision_text` of every sketch in ``mod``'s design space, in order."""
     from tunecache.store.records import decode_trace
 
-    tgt = as_target(target)
-    return tuple(decision_text(decode_trace(sch.trace.as_json())[0]) for sch in _design_space(mod, tgt))
+    return tuple(decision_text(decode_trace(t)[0]) for t in design_space_json(mod, target))
 
 
 def decision_signature(mod: Any, target: Any) -> str:

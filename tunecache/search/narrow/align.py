@@ -224,11 +224,10 @@ class Materializer:
     def alpha_sketches(self) -> list[list[Any]]:
         """The instructions of each of alpha's design-space sketches (trace JSON)."""
         if self._alpha_sketches is None:
-            from tunecache.tvm_layer.sketch import _design_space
+            from tunecache.tvm_layer.sketch import design_space_json
 
             try:
-                spaces = _design_space(self.mod, self.target)
-                self._alpha_sketches = [decode_trace(s.trace.as_json())[0] for s in spaces]
+                self._alpha_sketches = [decode_trace(t)[0] for t in design_space_json(self.mod, self.target)]
             except Exception:  # noqa: BLE001 - no design space: sources are replayed as they are
                 self._alpha_sketches = []
         return self._alpha_sketches
