@@ -135,3 +135,19 @@ def test_model_weight_prepacks_are_computed_with_numpy(monkeypatch: pytest.Monke
     with torch.no_grad():
         want = zm.module(*zm.example_inputs)
     np.testing.assert_allclose(np.asarray(cm(*zm.example_inputs)), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_large_nests_run_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop nest over the vectorized limit is computed in chunks (same result), and one that
+    would take too many chunks is declined."""
+    from tunecache.tvm_layer.frontend import tir_eval
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 24)).astype("float32")
+    want = tir_eval.evaluate(relayout, [x])
+    monkeypatch.setattr(tir_eval, "MAX_POINTS", 100)  # 64 x 24 = 1536 iterations: 24 chunks of 64
+    got = tir_eval.evaluate(relayout, [x])
+    assert got is not None and want is not None
+    np.testing.assert_array_equal(got[0], want[0])
+    monkeypatch.setattr(tir_eval, "MAX_STEPS", 10)
+    assert tir_eval.evaluate(relayout, [x]) is None

@@ -22,8 +22,12 @@ from typing import Any
 
 __all__ = ["evaluate", "MAX_POINTS"]
 
-#: Largest loop nest (in iterations) evaluated at once; a larger one is declined (left to LLVM).
-MAX_POINTS = 1 << 24
+#: Most loop iterations evaluated in one vectorized step (index arrays of ~32 MiB each); larger
+#: nests run in chunks of their loops.
+MAX_POINTS = 1 << 22
+#: Most vectorized steps (loop bodies entered) in one evaluation; beyond it the function is
+#: declined (left to LLVM).
+MAX_STEPS = 4096
 
 
 class _Decline(Exception):
@@ -59,7 +63,8 @@ class _Machine:
     def __init__(self, np: Any) -> None:
         self.np = np
         self.buffers: dict[int, Any] = {}
-        self.points = 1  # iterations of the loops entered so far
+        self.points = 1  # iterations of the loops entered so far, per vectorized step
+        self.steps = 0  # vectorized steps taken
 
     # --- expressions -------------------------------------------------------------------
     def expr(self, e: Any, env: dict[int, Any]) -> Any:
@@ -128,14 +133,19 @@ class _Machine:
         lo, n = _const_int(s.min), _const_int(s.extent)
         if n <= 0:
             return
-        if self.points * n > MAX_POINTS:
-            raise _Decline("loop nest too large")
+        # Vectorized over at most MAX_POINTS iterations at once: a larger loop runs in chunks, in
+        # order (an embedding-sized re-layout would need gigabytes of index arrays at once).
+        chunk = max(1, min(n, MAX_POINTS // self.points))
         saved = self.points
-        self.points *= n
-        inner = {k: v[..., None] for k, v in env.items()}  # a new innermost axis for every variable
-        inner[_key(s.loop_var)] = np.arange(lo, lo + n, dtype=np.int64)
+        self.points *= chunk
         try:
-            self.stmt(s.body, inner)
+            for start in range(lo, lo + n, chunk):
+                self.steps += 1
+                if self.steps > MAX_STEPS:
+                    raise _Decline("loop nest too large")  # thousands of numpy passes: LLVM is faster
+                inner = {k: v[..., None] for k, v in env.items()}  # a new innermost axis for every variable
+                inner[_key(s.loop_var)] = np.arange(start, min(start + chunk, lo + n), dtype=np.int64)
+                self.stmt(s.body, inner)
         finally:
             self.points = saved
 
