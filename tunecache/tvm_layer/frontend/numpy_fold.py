@@ -17,7 +17,7 @@ never folded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tunecache.tvm_layer import load_tvm
@@ -150,23 +150,30 @@ def constant_values(mod: tvm.IRModule) -> dict[Any, Any]:
         value = np.ascontiguousarray(value)
         return value if value.dtype == np.dtype(str(dtype)) and list(value.shape) == dims else None
 
+    for binding in _var_bindings(mod):
+        v = binding.value
+        if isinstance(v, relax.Call):
+            value = fold(v)
+            if value is not None:
+                env[binding.var] = value
+        elif isinstance(v, (relax.Var, const_type)):
+            value = value_of(v)
+            if value is not None and hasattr(value, "shape"):
+                env[binding.var] = value
+    return env
+
+
+def _var_bindings(mod: tvm.IRModule) -> Iterator[Any]:
+    """Every ``VarBinding`` of ``mod``'s Relax functions, in order."""
+    from tvm import relax
+
     for _, func in mod.functions_items():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
             continue
         for block in func.body.blocks:
             for binding in block.bindings:
-                if not isinstance(binding, relax.VarBinding):
-                    continue
-                v = binding.value
-                if isinstance(v, relax.Call):
-                    value = fold(v)
-                    if value is not None:
-                        env[binding.var] = value
-                elif isinstance(v, (relax.Var, const_type)):
-                    value = value_of(v)
-                    if value is not None and hasattr(value, "shape"):
-                        env[binding.var] = value
-    return env
+                if isinstance(binding, relax.VarBinding):
+                    yield binding
 
 
 def kernel_values(mod: tvm.IRModule, kernels: Collection[str]) -> dict[Any, Any]:
@@ -191,33 +198,27 @@ def kernel_values(mod: tvm.IRModule, kernels: Collection[str]) -> dict[Any, Any]
     const_type = tvm.ir.expr.Constant
     outputs: dict[int, list[Any]] = {}  # multi-output calls, by variable handle
     env: dict[Any, Any] = {}
-    for _, func in mod.functions_items():
-        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+    for binding in _var_bindings(mod):
+        v = binding.value
+        if isinstance(v, relax.TupleGetItem) and isinstance(v.tuple_value, relax.Var):
+            values = outputs.get(v.tuple_value.__chandle__())
+            if values is not None and 0 <= int(v.index) < len(values):
+                env[binding.var] = values[int(v.index)]
             continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                if not isinstance(binding, relax.VarBinding):
-                    continue
-                v = binding.value
-                if isinstance(v, relax.TupleGetItem) and isinstance(v.tuple_value, relax.Var):
-                    values = outputs.get(v.tuple_value.__chandle__())
-                    if values is not None and 0 <= int(v.index) < len(values):
-                        env[binding.var] = values[int(v.index)]
-                    continue
-                if not (isinstance(v, relax.Call) and v.op.same_as(call_tir) and len(v.args) == 2):
-                    continue
-                gv, args = v.args
-                if not isinstance(gv, tvm.ir.GlobalVar) or gv.name_hint not in kernels:
-                    continue
-                if not isinstance(args, relax.Tuple) or not all(isinstance(a, const_type) for a in args.fields):
-                    continue
-                got = evaluate(mod[gv], [np.asarray(a.value.numpy()) for a in args.fields])
-                if got is None:
-                    continue
-                if isinstance(binding.var.ty, relax.TupleType) or len(got) > 1:
-                    outputs[binding.var.__chandle__()] = got
-                else:
-                    env[binding.var] = got[0]
+        if not (isinstance(v, relax.Call) and v.op.same_as(call_tir) and len(v.args) == 2):
+            continue
+        gv, args = v.args
+        if not isinstance(gv, tvm.ir.GlobalVar) or gv.name_hint not in kernels:
+            continue
+        if not isinstance(args, relax.Tuple) or not all(isinstance(a, const_type) for a in args.fields):
+            continue
+        got = evaluate(mod[gv], [np.asarray(a.value.numpy()) for a in args.fields])
+        if got is None:
+            continue
+        if isinstance(binding.var.ty, relax.TupleType) or len(got) > 1:
+            outputs[binding.var.__chandle__()] = got
+        else:
+            env[binding.var] = got[0]
     return env
 
 
