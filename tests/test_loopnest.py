@@ -359,3 +359,26 @@ def test_bert_layer_tasks(tvm) -> None:
     assert can_reuse(big, small, s, s).reason == "a dominates b"
     bmm = [name for name, n in nests.items() if n.family == "batch_matmul"]
     assert sketch_signature(tasks[bmm[0]], TARGET) != s
+
+
+@pytest.mark.tvm
+def test_design_spaces_of_tasks_that_differ_only_in_block_names_are_their_own(tvm) -> None:
+    """Structural hashing and equality ignore block names, but traces name blocks: a memoized
+    space of a TE-built ``c`` must not be handed to the same matmul whose block is ``matmul_out``
+    (its replay would fail: a bridge and a Relax task name their blocks differently)."""
+    from tvm import te
+
+    from tunecache.tvm_layer.sketch import design_space_json
+
+    def matmul(block: str):
+        a, b = te.placeholder((64, 32), name="a"), te.placeholder((32, 48), name="b")
+        r = te.reduce_axis((0, 32), name="r")
+        c = te.compute((64, 48), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name=block)
+        return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+    def block_names(traces) -> set[str]:
+        return {inst[2][0] for insts, _ in traces for inst in insts if inst[0] == "GetSBlock"}
+
+    assert "c" in block_names(design_space_json(matmul("c"), TARGET))
+    named = block_names(design_space_json(matmul("matmul_out"), TARGET))
+    assert "matmul_out" in named and "c" not in named

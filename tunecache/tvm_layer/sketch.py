@@ -140,7 +140,7 @@ def _design_space(mod: Any, target: Any) -> list[Any]:
 
 
 #: Design spaces memoized by :func:`design_space_json` (most recently used last).
-_SPACES: OrderedDict[tuple[int, str], tuple[Any, tuple[Any, ...]]] = OrderedDict()
+_SPACES: OrderedDict[tuple[int, str, tuple[str, ...]], tuple[Any, tuple[Any, ...]]] = OrderedDict()
 _SPACES_MAX = 512
 _SPACES_LOCK = threading.Lock()
 
@@ -149,14 +149,19 @@ def design_space_json(mod: Any, target: Any) -> tuple[Any, ...]:
     """The trace JSON (``[instructions, decisions]``) of every sketch of ``mod``'s design space.
 
     The space is generated with a fixed random state, so it is the same every time for the
-    same task and target; the last :data:`_SPACES_MAX` are memoized (keyed by structural hash
-    and target, checked by structural equality).
+    same task and target; the last :data:`_SPACES_MAX` are memoized (keyed by structural hash,
+    target and block names, checked by structural equality).
     """
     import tvm_ffi
 
+    from tunecache.tvm_layer.tir import iter_sblocks
+
     m = _as_module(mod)
     tgt = as_target(target)
-    key = (int(tvm_ffi.structural_hash(m)), str(tgt))
+    # Structural hashing and equality ignore block names, which the traces name blocks by: a
+    # TE-built bridge (block ``C``) and a Relax task (``matmul_out``) must not share a space.
+    names = tuple(b.name_hint for _, f in m.functions_items() if hasattr(f, "body") for b in iter_sblocks(f))
+    key = (int(tvm_ffi.structural_hash(m)), str(tgt), names)
     with _SPACES_LOCK:
         hit = _SPACES.get(key)
         if hit is not None and tvm_ffi.structural_equal(hit[0], m):
