@@ -13,6 +13,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tunecache import zoo
 from tunecache.errors import TargetError, UnsupportedModelError
@@ -178,6 +180,39 @@ def test_export_library_round_trip(fe, cnn, cnn_imported, cnn_built, tmp_path):
     torch.testing.assert_close(fe.run(lib, cnn_imported, x), cnn.module(x), rtol=1e-4, atol=1e-5)
     with pytest.raises(FileNotFoundError):
         fe.load_library(tmp_path / "missing.so")
+
+
+@pytest.mark.tvm
+def test_kernels_compiled_in_parallel_match_and_export(fe, cnn, cnn_imported, cnn_prepared, target, tmp_path,
+                                                       monkeypatch):
+    """The kernels are split over several LLVM modules, compiled on two threads: the VM finds
+    every kernel through the library's imports, and the library exports and loads as one file."""
+    from tunecache.tvm_layer.frontend import codegen
+
+    monkeypatch.setattr(codegen, "MIN_KERNELS", 1)
+    real = codegen.compile_relax
+    monkeypatch.setattr("tunecache.tvm_layer.frontend.building.compile_relax",
+                        lambda mod, t, pipeline: real(mod, t, pipeline, workers=2))
+    ex = fe.build(cnn_prepared, target)
+    (lib,) = ex.mod.imports
+    assert len(lib.imports) >= 2  # one module per group after the first, imported by it
+    (x,) = cnn.example_inputs
+    want = cnn.module(x)
+    torch.testing.assert_close(fe.run(ex, cnn_imported, x), want, rtol=1e-4, atol=1e-5)
+    loaded = fe.load_library(fe.export_library(ex, tmp_path / "parallel.so"))
+    torch.testing.assert_close(fe.run(loaded, cnn_imported, x), want, rtol=1e-4, atol=1e-5)
+
+
+@given(costs=st.lists(st.floats(min_value=0.0, max_value=100.0), max_size=40), groups=st.integers(1, 9))
+def test_kernel_groups_cover_every_kernel_once_and_balance(costs, groups):
+    from tunecache.tvm_layer.frontend.codegen import kernel_groups
+
+    got = kernel_groups(costs, groups)
+    assert sorted(i for g in got for i in g) == list(range(len(costs)))
+    assert len(got) <= groups and all(got)
+    loads = [sum(costs[i] for i in g) for g in got]
+    if len(got) > 1:  # greedy longest-first: groups differ by at most the heaviest kernel
+        assert max(loads) - min(loads) <= max(costs) + 1e-9
 
 
 # --- ONNX and Relax sources -----------------------------------------------------------------

@@ -141,10 +141,13 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                                      work=work)
     n = sum(r.record is not None for r in out.values())
     log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
-    if predict:
-        for t in misses:
-            if out[t.key].record is None:
-                out[t.key] = _predict(t, target, hw, out[t.key])
+    if predict:  # one task per core (TVM releases the GIL: tunecache.tvm_layer.threads)
+        from tunecache.tvm_layer.threads import thread_map
+
+        todo = [t for t in misses if out[t.key].record is None]
+        for t, served in zip(todo, thread_map(lambda t: _predict(t, target, hw, out[t.key]), todo,
+                                              name="tunecache-predict"), strict=True):
+            out[t.key] = served
     return out
 
 

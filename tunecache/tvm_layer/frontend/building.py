@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.frontend.codegen import compile_relax
 from tunecache.tvm_layer.frontend.failures import ModelStageError, stage
 from tunecache.tvm_layer.frontend.importing import (
     ImportedModel,
@@ -155,7 +156,7 @@ def build(
         pipeline = tvm.transform.Sequential(passes + lower + finalize)
         try:
             with stage("build"):
-                return tvm.compile(mod, target=t, relax_pipeline=pipeline)
+                return compile_relax(mod, t, pipeline)
         except ModelStageError:
             if database is None:
                 raise
@@ -169,7 +170,7 @@ def build(
                                                   "TVM's default schedule")
             mod = _prepack(applied, prepared, t)
             with stage("build"):
-                return tvm.compile(mod, target=t, relax_pipeline=pipeline)
+                return compile_relax(mod, t, pipeline)
 
 
 def _prepack(applied: tvm.IRModule, prepared: tvm.IRModule, target: Any) -> tvm.IRModule:

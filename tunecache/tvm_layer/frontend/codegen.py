@@ -1,0 +1,115 @@
+"""Code generation on every core: a Relax build whose kernels LLVM compiles in parallel.
+
+``tvm.compile`` lowers a model's kernels and hands them to LLVM as one module: one thread
+generates IR for every kernel, optimizes it, and, when the module is first used, compiles it to
+machine code (the "JIT" of the module's first ``get_function``). For a model served with tuned,
+replayed or predicted programs this is most of a compile: their kernels are unrolled and
+vectorized, and cost several times a default kernel to generate (``docs/NOTES.md``, session 10:
+1.8 s of a 3.3 s background compile of a 2-layer BERT was the build).
+
+:func:`compile_relax` does what ``relax.build`` does, except that the kernels are split into
+groups, each group lowered and code-generated as its own LLVM module in a thread of its own
+(TVM's FFI releases the GIL in its calls), and each module is compiled to machine code at once,
+in parallel, instead of on the first call. The first module imports the others, so the Relax
+VM finds every kernel through its library's imports, and ``export_library`` writes one object
+file per module into the same shared library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.threads import thread_map
+
+__all__ = ["GROUPS_PER_WORKER", "MIN_KERNELS", "compile_relax", "kernel_groups"]
+
+#: Kernel groups per worker thread: more groups balance the threads better (a group's cost is
+#: not known in advance), fewer cost less per-module overhead (an LLVM context, a JIT engine).
+GROUPS_PER_WORKER = 4
+#: Below this many kernels a model is built as ``tvm.compile`` builds it.
+MIN_KERNELS = 8
+
+
+def kernel_groups(costs: Sequence[float], groups: int) -> list[list[int]]:
+    """Split kernels into at most ``groups`` groups of similar total cost.
+
+    Greedy longest-first: each kernel, heaviest first, joins the group with the least cost so
+    far (ties: the lowest group). Returns the kernels' indices per group, empty groups dropped.
+
+    Examples
+    --------
+    >>> kernel_groups([5, 1, 1, 3], 2)
+    [[0], [3, 1, 2]]
+    """
+    bins: list[list[int]] = [[] for _ in range(max(1, groups))]
+    load = [0.0] * len(bins)
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        g = min(range(len(bins)), key=lambda b: (load[b], b))
+        bins[g].append(i)
+        load[g] += costs[i]
+    return [b for b in bins if b]
+
+
+def _cost(func: Any) -> float:
+    """A kernel's code-generation cost, roughly: its statements after unrolling is what LLVM
+    chews on, and a scheduled kernel (tiled, unrolled, vectorized) costs several default ones."""
+    attrs = func.attrs or {}
+    return 4.0 if "tirx.is_scheduled" in attrs else 1.0
+
+
+def compile_relax(mod: Any, target: Any, pipeline: Any, *, workers: int | None = None) -> Any:
+    """Build a Relax module into a ``VMExecutable`` with its kernels compiled on ``workers`` threads.
+
+    Parameters
+    ----------
+    mod
+        A Relax ``IRModule`` (its kernels already scheduled or not).
+    target
+        A ``tvm.target.Target``; anything but ``llvm`` is built by ``tvm.compile`` as it is.
+    pipeline
+        The Relax pipeline (a ``tvm.transform.Pass``), as ``tvm.compile``'s ``relax_pipeline``.
+    workers
+        Threads; default: :func:`tunecache.tvm_layer.threads.workers`. One worker, or fewer than
+        :data:`MIN_KERNELS` kernels, builds with ``tvm.compile``.
+
+    Returns
+    -------
+    tvm.relax.VMExecutable
+        Every kernel already compiled to machine code.
+    """
+    tvm = load_tvm()
+    from tvm import relax, tirx
+    from tvm.relax import vm_build
+
+    from tunecache.tvm_layer.threads import workers as default_workers
+
+    workers = workers or default_workers()
+    if str(target.kind.name) != "llvm" or workers < 2:
+        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    with target:
+        mod = pipeline(mod)
+    attrs = dict(mod.attrs) if mod.attrs else {}
+    ext_libs = list(attrs.get("external_mods", []))
+    params = dict(attrs.get("const_name_to_constant", {}))
+    builder = relax.ExecBuilder()
+    mod = vm_build._vmcodegen(builder, mod, "bytecode")
+    kernels = [(gv, f) for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)]
+    if len(kernels) < MIN_KERNELS:
+        lib = tvm.tirx.build(tvm.IRModule(dict(kernels), attrs=mod.attrs), target=target) if kernels else None
+        return vm_build.VMExecutable(vm_build._ffi_api.VMLink(builder, target, lib, ext_libs, params))
+    groups = kernel_groups([_cost(f) for _, f in kernels], workers * GROUPS_PER_WORKER)
+    parts = [tvm.IRModule({kernels[i][0]: kernels[i][1] for i in g}, attrs=mod.attrs) for g in groups]
+    firsts = [kernels[g[0]][0].name_hint for g in groups]
+
+    def build(i: int) -> Any:
+        part = tvm.tirx.build(parts[i], target=target)
+        part.get_function(firsts[i])  # compiles the module to machine code now, on this thread
+        return part
+
+    libs = thread_map(build, range(len(parts)), threads=workers, name="tunecache-codegen")
+    lib = libs[0]
+    for other in libs[1:]:
+        lib.import_module(other)
+    return vm_build.VMExecutable(vm_build._ffi_api.VMLink(builder, target, lib, ext_libs, params))
