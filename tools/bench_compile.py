@@ -9,16 +9,31 @@ loaded) and without it (code generated from the stored records, as after a teamm
 Goals (issue 3): warm compile <= 1.2x untuned tvm.compile; compiled latency <= 1.0x PyTorch
 eager after tuning (8 trials per task is far from it; 32 reached it on resnet18 and bert_base
 once convolutions ran in NHWC, docs/NOTES.md; the ratio is reported as is).
+
+Engines (issue 21; docs/engines.md), what a user would pick instead of tunecache:
+
+    python tools/bench_compile.py --engines [--models resnet18 bert_base] [--budgets 32 128]
+        [--store-dir DIR] [--threads 2] [--rounds 5] [--calls 5] [--out out.json] [--plot out.png]
+    python tools/bench_compile.py --gemm [--gemm-budgets 64 256] [--store-dir DIR] [--out gemm.json]
+
+``--engines`` times PyTorch eager, ``torch.compile`` (default and max-autotune), ONNX Runtime,
+an untuned ``tvm.compile`` and ``tunecache.compile`` at each budget (stores ``DIR/warm_B.db``
+kept between runs: tuning is paid once), all on ``--threads`` threads, in alternating rounds,
+outputs checked against eager, plus per-operator profiles of ONNX Runtime and tunecache.
+``--gemm`` times a 512^3 float32 matmul tuned by tunecache (``DIR/gemm_B.db``) against numpy's
+``a @ b`` (OpenBLAS) and ``torch.matmul``. The arms and their protocol: tools/_engines.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -117,12 +132,50 @@ def bench_model(name: str, trials: int, repeats: int, params: dict, rounds: int 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--models", nargs="+", default=["resnet18", "bert_base"])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["resnet18", "bert_base"],
+                    help="zoo names; with --engines also zoo specs (bert_base:num_layers=2) or hf:NAME")
     ap.add_argument("--trials-per-task", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--bert-layers", type=int, default=12)
+    eng = ap.add_argument_group("engines and GEMM (issue 21)")
+    eng.add_argument("--engines", action="store_true", help="time the engines a user would pick instead")
+    eng.add_argument("--gemm", action="store_true", help="a tuned GEMM against numpy/OpenBLAS")
+    eng.add_argument("--budgets", nargs="+", type=int, default=[32], help="tunecache trials a task (--engines)")
+    eng.add_argument("--gemm-budgets", nargs="+", type=int, default=[64, 256])
+    eng.add_argument("--gemm-size", type=int, default=512)
+    eng.add_argument("--store-dir", default=str(Path.home() / ".cache" / "tunecache" / "engines"),
+                     help="kept stores, one a budget (warm_B.db, gemm_B.db) and a library cache")
+    eng.add_argument("--threads", type=int, default=0, help="threads of every engine (default: physical cores)")
+    eng.add_argument("--rounds", type=int, default=5)
+    eng.add_argument("--calls", type=int, default=5, help="timed calls per arm per round (GEMM: 4x)")
+    eng.add_argument("--gap", type=float, default=0.2, help="sleep before each arm's turn in a round (s)")
+    eng.add_argument("--untuned-rounds", type=int, default=1,
+                     help="rounds in which the untuned TVM arm gets one timed call (0: skip the arm)")
+    eng.add_argument("--quiet-wait", type=float, default=60.0,
+                     help="wait up to this long for a quiet machine before timing (s)")
+    eng.add_argument("--turn-quiet", type=float, default=0.0,
+                     help="before each arm's turn in a round, wait up to this long for a quiet poll (s)")
+    eng.add_argument("--no-ort", action="store_true")
+    eng.add_argument("--no-torch-compile", action="store_true")
+    eng.add_argument("--no-max-autotune", action="store_true")
+    eng.add_argument("--no-profile", dest="profile", action="store_false")
+    eng.add_argument("--out", default="", help="also write the JSON here")
+    eng.add_argument("--plot", default="", help="bar chart PNG (one a model: out_<model>.png)")
+    eng.add_argument("--table", nargs="+", default=[], metavar="JSON",
+                     help="print the markdown table of these --engines JSON files (nothing is run)")
     a = ap.parse_args()
+    if a.table:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import _engines
+
+        docs = [json.loads(Path(p).read_text()) for p in a.table]
+        for key in ("ms", "ms_quiet", "min_ms"):
+            print(f"{key}:\n{_engines.markdown_table(docs, key)}\n")
+        return
+    if a.engines or a.gemm:
+        engines_main(a)
+        return
     out = []
     for m in a.models:
         params = {"num_layers": a.bert_layers} if m == "bert_base" else {}
@@ -131,6 +184,58 @@ def main() -> None:
     import torch
 
     print(json.dumps({"benchmark": "compile", "torch_threads": torch.get_num_threads(), "results": out}, indent=2))
+
+
+def engines_main(a: argparse.Namespace) -> None:
+    """``--engines`` / ``--gemm``: tools/_engines.py's arms, one JSON document."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from tunecache.tvm_layer.target import physical_cores
+
+    a.threads = a.threads or physical_cores()
+    import _engines  # noqa: E402 - after the path; imports neither numpy nor torch
+
+    _engines.set_threads(a.threads)  # before numpy, torch and TVM start their pools
+    import torch
+
+    torch.set_num_threads(a.threads)
+    warnings.filterwarnings("ignore")
+    doc: dict = {"benchmark": "engines", "command": " ".join(["tools/bench_compile.py", *sys.argv[1:]]),
+                 "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": _engines.machine(a.threads),
+                 "rounds": a.rounds, "calls_per_round": a.calls, "gap_s": a.gap, "models": []}
+
+    def write() -> None:
+        text = json.dumps(doc, indent=2)
+        if a.out:
+            Path(a.out).write_text(text + "\n")
+
+    if a.engines:
+        # tvm's and tunecache's one-time initialisation before anything is timed
+        from bench_never import compile_arm
+
+        compile_arm(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval(), (torch.randn(2, 4),), True)
+        for spec in a.models:
+            t0 = time.time()
+            try:
+                row = _engines.bench_model(spec, a)
+            except Exception as err:  # noqa: BLE001 - one model failing is recorded, the run goes on
+                row = {"model": spec, "error": f"{type(err).__name__}: {str(err)[:500]}"}
+            row["wall_s"] = round(time.time() - t0, 1)
+            doc["models"].append(row)
+            brief = {k: row.get(k) for k in ("model", "ms", "vs_best_competitor", "rel_err", "error", "wall_s")}
+            print(json.dumps(brief), file=sys.stderr, flush=True)
+            write()
+    if a.gemm:
+        doc["gemm"] = _engines.bench_gemm(a)
+        print(json.dumps({k: doc["gemm"].get(k) for k in ("ms", "gflops", "vs_numpy_throughput")}), file=sys.stderr,
+              flush=True)
+    doc["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    write()
+    print(json.dumps(doc, indent=2))
+    if a.plot:
+        rows = [r for r in doc["models"] if "ms" in r] + ([doc["gemm"]] if "gemm" in doc else [])
+        names = [r.get("model", f"gemm{a.gemm_size}") for r in rows]
+        for row, path in zip(rows, _engines.plot_paths(a.plot, names), strict=True):
+            _engines.plot_model(row, doc, path)
 
 
 if __name__ == "__main__":
