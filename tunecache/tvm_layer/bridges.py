@@ -331,17 +331,19 @@ def describe_tasks(items: Sequence[tuple[WorkloadKey, str, float, Any]], target:
     """Analyze (key, name, weight, TIR module) items into :class:`PlanTask` values (needs TVM)."""
     from tunecache.tvm_layer.loopnest import analyze
     from tunecache.tvm_layer.sketch import decision_digest, decision_texts
+    from tunecache.tvm_layer.threads import thread_map
 
-    out = []
-    for key, name, weight, mod in items:
+    def describe(item: tuple[WorkloadKey, str, float, Any]) -> PlanTask:
+        key, name, weight, mod = item
         try:
             nest = analyze(mod)
         except Exception:  # noqa: BLE001 - a task the analysis cannot read is tuned from scratch
             nest = LoopNest("other", (), (), "", "", signature=f"unanalysable:{key.shash}")
-        texts = decision_texts(mod, target)
+        texts = decision_texts(mod, target)  # a design space: TVM's C++, one task per core
         trivial = len(texts) == 1 and not texts[0]  # one sketch that samples nothing
-        out.append(PlanTask(key, name, float(weight), nest, decision_digest(texts), trivial))
-    return out
+        return PlanTask(key, name, float(weight), nest, decision_digest(texts), trivial)
+
+    return thread_map(describe, list(items), name="tunecache-describe")
 
 
 def bridge_checker(target: Any) -> Callable[[LoopNest, Sequence[PlanTask]], bool]:

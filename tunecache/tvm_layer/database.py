@@ -43,6 +43,13 @@ _CLASS: Any = None
 _CLASS_LOCK = threading.Lock()
 
 
+def _shash(mod: Any) -> str:
+    """MetaSchedule's workload hash of ``mod`` (``Workload(mod).as_json()[0]``) without the JSON."""
+    import tvm_ffi
+
+    return str(tvm_ffi.structural_hash(mod))
+
+
 def measured_for_tvm(record: Record) -> Record:
     """Return ``record`` as MetaSchedule is handed it: with every repeat it was measured with.
 
@@ -121,8 +128,13 @@ def _database_class() -> Any:
                 self._lock = threading.Lock()
                 self.last_error: TunecacheError | None = None
 
-            # MetaSchedule's Workload objects carry the hash; reuse them per structural hash.
+            # MetaSchedule's Workload objects carry the hash; reuse them per structural hash. The
+            # hash alone is cheap; a Workload serializes the whole module (workload_of).
             def _key(self, mod: Any) -> tuple[WorkloadKey, Any]:
+                with self._lock:
+                    cached = self._workloads.get(_shash(mod))
+                if cached is not None:
+                    return cached
                 key, mod_json, wl = workload_of(mod)
                 with self._lock:
                     cached = self._workloads.get(key.shash)
@@ -142,8 +154,8 @@ def _database_class() -> Any:
                 return key, wl
 
             def has_workload(self, mod: Any) -> bool:
-                key, _mj, _wl = workload_of(mod)
-                return bool(self.store.best_k(key, self.hardware, 1)) or key in self.extra
+                key = WorkloadKey(_shash(mod))
+                return key in self.extra or bool(self.store.best_k(key, self.hardware, 1))
 
             def commit_workload(self, mod: Any) -> Any:
                 return self._key(mod)[1]
