@@ -29,7 +29,7 @@ __all__ = ["GROUPS_PER_WORKER", "MIN_KERNELS", "compile_relax", "kernel_groups"]
 #: not known in advance), fewer cost less per-module overhead (an LLVM context, a JIT engine).
 GROUPS_PER_WORKER = 4
 #: Below this many kernels a model is built as ``tvm.compile`` builds it.
-MIN_KERNELS = 8
+MIN_KERNELS = 2
 
 
 def kernel_groups(costs: Sequence[float], groups: int) -> list[list[int]]:
