@@ -102,6 +102,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
     from tunecache.planning import reuse_sources, update_index
     from tunecache.search.narrow.replay import replayed_record
     from tunecache.tvm_layer.bridges import describe_tasks
+    from tunecache.tvm_layer.threads import thread_map
 
     if not misses:
         return {}
@@ -109,18 +110,16 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
     extra = update_index(store, hw, target, described)
     skip = {t.key for t in misses}
     cm = CostModel()
-    out: dict[WorkloadKey, Replay] = {}
-    for t, d in zip(misses, described, strict=True):
+
+    def replay(t: Any, d: Any) -> Replay:
         work = float(d.nest.work)
         near = [s for s in reuse_sources(store, hw, [d], exclude=skip, extra=extra)
                 if can_reuse(s.nest, d.nest, s.sketch, d.sketch).ok]
         near.sort(key=lambda s: (reuse_cost(s.nest, d.nest, cm)[1], str(s.key)))
         if not near:
-            out[t.key] = Replay(t.key, None, None, "", "no stored program of the same operator, layout and sketch",
-                                work=work)
-            continue
+            return Replay(t.key, None, None, "", "no stored program of the same operator, layout and sketch",
+                          work=work)
         reasons: list[str] = []
-        found: Replay | None = None
         for s in near[:sources]:
             for rec in store.best_k(s.key, hw, programs):
                 try:
@@ -129,25 +128,24 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                     got = f"replaying record {rec.uid} failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
                 if isinstance(got, Record):
                     scaled = None if rec.latency_s is None else rec.latency_s * work / max(float(s.nest.work), 1.0)
-                    found = Replay(t.key, got, str(s.key), s.name,
-                                   f"replayed from {s.name} {list(s.nest.extents)} onto {list(d.nest.extents)}, "
-                                   "0 measurements", work=work, source_latency_s=scaled)
-                    break
+                    return Replay(t.key, got, str(s.key), s.name,
+                                  f"replayed from {s.name} {list(s.nest.extents)} onto {list(d.nest.extents)}, "
+                                  "0 measurements", work=work, source_latency_s=scaled)
                 reasons.append(f"{s.name}: {got}")
-            if found is not None:
-                break
-        out[t.key] = found or Replay(t.key, None, str(near[0].key), near[0].name,
-                                     "no similar stored program could be replayed: " + "; ".join(reasons[:3]),
-                                     work=work)
-    n = sum(r.record is not None for r in out.values())
-    log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
-    if predict:  # one task per core (TVM releases the GIL: tunecache.tvm_layer.threads)
-        from tunecache.tvm_layer.threads import thread_map
+        return Replay(t.key, None, str(near[0].key), near[0].name,
+                      "no similar stored program could be replayed: " + "; ".join(reasons[:3]), work=work)
 
-        todo = [t for t in misses if out[t.key].record is None]
-        for t, served in zip(todo, thread_map(lambda t: _predict(t, target, hw, out[t.key]), todo,
-                                              name="tunecache-predict"), strict=True):
-            out[t.key] = served
+    def serve(item: tuple[Any, Any]) -> Replay:
+        t, d = item
+        got = replay(t, d)
+        return _predict(t, target, hw, got) if got.record is None and predict else got
+
+    # One task per core: replaying a trace and predicting a program are mostly TVM's C++, which
+    # releases the GIL (tunecache.tvm_layer.threads).
+    served = thread_map(serve, list(zip(misses, described, strict=True)), name="tunecache-replay")
+    out = {t.key: r for t, r in zip(misses, served, strict=True)}
+    n = sum(r.how == "replayed" and r.record is not None for r in out.values())
+    log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
     return out
 
 

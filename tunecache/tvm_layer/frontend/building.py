@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunecache.tvm_layer import load_tvm
-from tunecache.tvm_layer.frontend.codegen import compile_relax
+from tunecache.tvm_layer.frontend.codegen import apply_database, compile_relax
 from tunecache.tvm_layer.frontend.failures import ModelStageError, stage
 from tunecache.tvm_layer.frontend.importing import (
     ImportedModel,
@@ -125,7 +125,6 @@ def build(
     """
     # Applying CUDA records may replay tensorize instructions: their intrinsics must be real.
     tvm = load_tvm(_kind_of(target) if database is not None else "llvm")
-    from tvm import relax
 
     t = resolve_target(target)
     if isinstance(mod, ImportedModel):
@@ -139,9 +138,9 @@ def build(
     with t, tvm.transform.PassContext(opt_level=3):
         prepared = applied = mod
         if database is not None:
-            with database, stage("build", operator="relax.transform.MetaScheduleApplyDatabase"):
-                # Constructed inside the target scope: the pass reads Target.current().
-                applied = relax.transform.MetaScheduleApplyDatabase()(mod).clone()  # degraded in place
+            with stage("build", operator="relax.transform.MetaScheduleApplyDatabase"):
+                # Inside the target scope: the pass reads Target.current(). A copy: degraded in place.
+                applied = apply_database(mod, database)
             mod = _prepack(applied, prepared, t)
         passes: list[Any] = []
         if "gpu" in [str(k) for k in t.keys]:

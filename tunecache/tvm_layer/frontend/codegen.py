@@ -17,13 +17,17 @@ file per module into the same shared library.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from tunecache.tvm_layer import load_tvm
 from tunecache.tvm_layer.threads import thread_map
 
-__all__ = ["GROUPS_PER_WORKER", "MIN_KERNELS", "compile_relax", "kernel_groups"]
+__all__ = ["GROUPS_PER_WORKER", "MIN_KERNELS", "apply_database", "compile_relax", "in_scopes", "kernel_groups"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: Kernel groups per worker thread: more groups balance the threads better (a group's cost is
 #: not known in advance), fewer cost less per-module overhead (an LLVM context, a JIT engine).
@@ -57,6 +61,51 @@ def _cost(func: Any) -> float:
     chews on, and a scheduled kernel (tiled, unrolled, vectorized) costs several default ones."""
     attrs = func.attrs or {}
     return 4.0 if "tirx.is_scheduled" in attrs else 1.0
+
+
+def in_scopes(fn: Callable[[T], R]) -> Callable[[T], R]:
+    """``fn`` run under the calling thread's pass context and target, wherever it runs.
+
+    TVM keeps both per thread: a worker thread would otherwise lower with the default pass
+    context (``opt_level`` 2, no config) and no current target.
+    """
+    tvm = load_tvm()
+
+    ctx = tvm.transform.PassContext.current()
+    target = tvm.target.Target.current(allow_none=True)
+
+    def run(x: T) -> R:
+        with ctx, (target if target is not None else contextlib.nullcontext()):
+            return fn(x)
+
+    return run
+
+
+def apply_database(mod: Any, database: Any, *, workers: int | None = None) -> Any:
+    """``MetaScheduleApplyDatabase`` over ``mod``'s kernels, split over ``workers`` threads.
+
+    Each thread applies the pass to a module of some of the kernels (the database's records are
+    decoded and their traces replayed there); the scheduled kernels replace the originals in a
+    copy of ``mod``. Call it inside the target's scope (the pass reads ``Target.current()``).
+    """
+    tvm = load_tvm()
+    from tvm import relax, tirx
+
+    from tunecache.tvm_layer.threads import workers as default_workers
+
+    kernels = [gv for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)]
+    groups = kernel_groups([1.0] * len(kernels), (workers or default_workers()) * GROUPS_PER_WORKER)
+
+    def apply(group: list[int]) -> Any:
+        with database:
+            return relax.transform.MetaScheduleApplyDatabase()(tvm.IRModule({kernels[i]: mod[kernels[i]]
+                                                                             for i in group}))
+
+    out = mod.clone()
+    for part in thread_map(in_scopes(apply), groups, threads=workers, name="tunecache-apply"):
+        for gv, f in part.functions_items():
+            out[gv] = f
+    return out
 
 
 def compile_relax(mod: Any, target: Any, pipeline: Any, *, workers: int | None = None) -> Any:
@@ -108,7 +157,7 @@ def compile_relax(mod: Any, target: Any, pipeline: Any, *, workers: int | None =
         part.get_function(firsts[i])  # compiles the module to machine code now, on this thread
         return part
 
-    libs = thread_map(build, range(len(parts)), threads=workers, name="tunecache-codegen")
+    libs = thread_map(in_scopes(build), range(len(parts)), threads=workers, name="tunecache-codegen")
     lib = libs[0]
     for other in libs[1:]:
         lib.import_module(other)
