@@ -29,11 +29,15 @@ def thread_map(fn: Callable[[T], R], items: Sequence[T], *, threads: int | None 
                name: str = "tunecache") -> list[R]:
     """``[fn(x) for x in items]``, on ``threads`` threads (default :func:`workers`), in order.
 
-    An exception raised by ``fn`` is raised here (the first, in item order); one item or one
-    thread runs in the calling thread.
+    An exception raised by ``fn`` is raised here (the first, in item order), and so is a Ctrl-C
+    in the calling thread: the items not started yet are dropped, the ones running finish (TVM's
+    C++ cannot be interrupted). One item or one thread runs in the calling thread.
     """
     threads = min(threads or workers(), len(items))
     if threads <= 1:
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name) as pool:
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+    try:
         return list(pool.map(fn, items))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
