@@ -139,6 +139,35 @@ def test_each_committed_record_carries_its_own_measurement(sources: list[Any], t
     assert res.best_latency_s == min(valid)
 
 
+def test_the_predicted_program_is_measured_as_one_more_source(sources: list[Any], target: Any, builder: Any,
+                                                              runner: Any) -> None:
+    """``predicted=True`` (what a plan's reuse runs) measures the zero-measurement rung's program
+    in round 0 beside the sources' replays: a far source (a classifier's 1-row matmul reused by
+    BERT's 128-row dense ran 5x slower than the prediction, session 11) cannot sink the task."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tunecache.search.narrow.align import Skeleton
+    from tunecache.search.predict import predict_program
+
+    alpha = _matmul(*ALPHA)
+    pred = predict_program(alpha, target)
+    assert not isinstance(pred, str), pred
+    want = Skeleton(0, decode_trace(pred.sch.trace.as_json()))
+
+    def committed(predicted: bool) -> tuple[Any, list[tuple[Any, Any]]]:
+        db = ms.database.MemoryDatabase()
+        res = narrowed_search(sources[:1], alpha, target, builder=builder, runner=runner, max_trials=4,
+                              round_size=4, seed=1, database=db, remeasure_top=0, predicted=predicted)
+        sks = [Skeleton(0, decode_trace(r.trace.as_json())) for r in db.get_all_tuning_records()]
+        return res, [(sk.insts, sk.decisions) for sk in sks]
+
+    res, programs = committed(True)
+    assert (want.insts, want.decisions) in programs
+    assert res.trials <= 4 and res.source_valid[0] >= 1
+    _res, programs = committed(False)
+    assert (want.insts, want.decisions) not in programs
+
+
 def test_result_replays_on_alpha_and_is_correct(narrowed: dict[str, Any], target: Any) -> None:
     tvm = load_tvm("llvm")
     from tvm.s_tir.schedule import Schedule, Trace

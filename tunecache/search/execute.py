@@ -210,7 +210,8 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
 
 def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
                  max_total: int | None = None) -> TaskOutcome:
-    """Narrowed search of ``spec`` from ``source``'s best stored programs.
+    """Narrowed search of ``spec`` from ``source``'s best stored programs and its own predicted
+    program (measured in round 0 too: a far source can be worse than no source).
 
     Falls back to a full search when the source has no valid program, and escalates to one
     when the reused program's throughput is below ``ctx.escalate_below`` times the source's.
@@ -238,7 +239,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     try:
         res = narrowed_search(sources, spec.mod, ctx.target, builder=ctx.builder, runner=ctx.runner,
                               max_trials=cap, seed=ctx.seed or 0, database=db, task_name=spec.name,
-                              progress=ctx.progress)
+                              progress=ctx.progress, predicted=True)
     except RuntimeError as err:
         reraise_store_error(db, err)
         raise
