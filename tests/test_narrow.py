@@ -141,30 +141,31 @@ def test_each_committed_record_carries_its_own_measurement(sources: list[Any], t
 
 def test_the_predicted_program_is_measured_as_one_more_source(sources: list[Any], target: Any, builder: Any,
                                                               runner: Any) -> None:
-    """``predicted=True`` (what a plan's reuse runs) measures the zero-measurement rung's program
-    in round 0 beside the sources' replays: a far source (a classifier's 1-row matmul reused by
-    BERT's 128-row dense ran 5x slower than the prediction, session 11) cannot sink the task."""
+    """A plan's reuse passes the task's own predicted program as a second source
+    (``search.execute.search_reuse``): round 0 measures it beside the source's replay, so a far
+    source (a classifier's 1-row matmul reused by BERT's 128-row dense ran 5x slower than the
+    prediction, session 11) cannot sink the task."""
     from tvm.s_tir import meta_schedule as ms
 
     from tunecache.search.narrow.align import Skeleton
-    from tunecache.search.predict import predict_program
+    from tunecache.search.predict import predicted_trace
 
     alpha = _matmul(*ALPHA)
-    pred = predict_program(alpha, target)
-    assert not isinstance(pred, str), pred
-    want = Skeleton(0, decode_trace(pred.sch.trace.as_json()))
+    own = predicted_trace(alpha, target)
+    assert own is not None
+    want = Skeleton(0, own)
 
-    def committed(predicted: bool) -> tuple[Any, list[tuple[Any, Any]]]:
+    def committed(srcs: list[Any]) -> tuple[Any, list[tuple[Any, Any]]]:
         db = ms.database.MemoryDatabase()
-        res = narrowed_search(sources[:1], alpha, target, builder=builder, runner=runner, max_trials=4,
-                              round_size=4, seed=1, database=db, remeasure_top=0, predicted=predicted)
+        res = narrowed_search(srcs, alpha, target, builder=builder, runner=runner, max_trials=4,
+                              round_size=4, seed=1, database=db, remeasure_top=0)
         sks = [Skeleton(0, decode_trace(r.trace.as_json())) for r in db.get_all_tuning_records()]
         return res, [(sk.insts, sk.decisions) for sk in sks]
 
-    res, programs = committed(True)
+    res, programs = committed([sources[0], own])
     assert (want.insts, want.decisions) in programs
-    assert res.trials <= 4 and res.source_valid[0] >= 1
-    _res, programs = committed(False)
+    assert res.trials <= 4 and res.source_valid[0] >= 1 and res.source_valid[1] >= 1
+    _res, programs = committed([sources[0]])
     assert (want.insts, want.decisions) not in programs
 
 

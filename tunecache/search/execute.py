@@ -221,6 +221,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     ``ctx.full_trials`` records in all.
     """
     from tunecache.search.narrow import narrowed_search
+    from tunecache.search.predict import predicted_trace
 
     store, hardware = ctx.store, ctx.hardware
     sources = store.best_k(source.key, hardware, 3)
@@ -236,10 +237,14 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     db = make_database(store, hardware, ctx.target, provenance=_prov(hardware, "reused", source.key, sources[0].uid),
                        names={spec.key.shash: spec.name})
     t0 = time.time()
+    # The task's own predicted program is one more source, second so that round 0 measures it:
+    # a far source (a classifier's 1-row matmul reused by BERT's 128-row dense ran 5x slower
+    # than the prediction, session 11) cannot sink the task.
+    own = predicted_trace(spec.mod, ctx.target)
     try:
-        res = narrowed_search(sources, spec.mod, ctx.target, builder=ctx.builder, runner=ctx.runner,
-                              max_trials=cap, seed=ctx.seed or 0, database=db, task_name=spec.name,
-                              progress=ctx.progress, predicted=True)
+        res = narrowed_search([sources[0], *([own] if own is not None else []), *sources[1:]], spec.mod,
+                              ctx.target, builder=ctx.builder, runner=ctx.runner, max_trials=cap,
+                              seed=ctx.seed or 0, database=db, task_name=spec.name, progress=ctx.progress)
     except RuntimeError as err:
         reraise_store_error(db, err)
         raise

@@ -57,6 +57,7 @@ __all__ = [
     "predict_program",
     "predict_task",
     "predicted_record",
+    "predicted_trace",
 ]
 
 #: Provenance kind of a predicted record.
@@ -541,6 +542,16 @@ def predict_program(mod: Any, target: Any, *, seed: int = 0) -> Prediction | str
     score, index, cand, how = best
     return Prediction(cand.sch, f"analytic, sketch {index + 1} of {len(skeletons)}: {how}; "
                       f"unroll {UNROLL}; static score {list(score)}; 0 measurements", index, cand.decisions)
+
+
+def predicted_trace(mod: Any, target: Any) -> list[Any] | None:
+    """:func:`predict_program`'s program as plain trace JSON (``[instructions, decisions]``), or
+    ``None`` when there is none (a narrowed search takes it as one more source)."""
+    try:
+        got = predict_program(mod, target)
+        return None if isinstance(got, str) else decode_trace(got.sch.trace.as_json())
+    except Exception:  # noqa: BLE001 - no prediction: the caller goes on without one
+        return None
 
 
 def predicted_record(mod: Any, key: WorkloadKey, hardware: HardwareKey, target: Any, *,

@@ -341,17 +341,6 @@ def _first_prim_func(mod: Any) -> Any:
         raise ConfigError("narrowed_search needs a module holding one PrimFunc (the task)") from None
 
 
-def _predicted_skeleton(mod: Any, target: Any, source: int) -> Skeleton | None:
-    """The zero-measurement rung's program for ``mod`` as a skeleton numbered ``source``, or ``None``."""
-    from tunecache.search.predict import predict_program
-
-    try:
-        got = predict_program(mod, target)
-        return None if isinstance(got, str) else Skeleton(source, decode_trace(got.sch.trace.as_json()))
-    except Exception:  # noqa: BLE001 - no prediction: the search runs from its sources alone
-        return None
-
-
 def _validate(sources: Sequence[Any], max_trials: int, round_size: int) -> None:
     if not sources:
         raise ConfigError("narrowed_search needs at least one source trace; got none")
@@ -376,7 +365,6 @@ def narrowed_search(
     task_name: str = "narrowed",
     remeasure_top: int = 3,
     remeasure_rounds: int = 2,
-    predicted: bool = False,
 ) -> NarrowResult:
     """Tune ``mod`` (task alpha) from the tuned traces of a similar task beta.
 
@@ -414,11 +402,6 @@ def narrowed_search(
         measured ``remeasure_rounds`` more times, interleaved, and the best is re-picked by the
         median of each one's measurements (these re-measurements are not trials).
         ``remeasure_rounds=0`` disables it.
-    predicted
-        Also measure, in round 0, the program the zero-measurement rung predicts for ``mod``
-        (:func:`tunecache.search.predict.predict_program`), as one more source: a far source (a
-        classifier's 1-row matmul reused by a 128-row one) can be worse than no source at all,
-        and the search then moves around whichever was faster.
 
     Returns
     -------
@@ -469,11 +452,6 @@ def narrowed_search(
             fit = search.materialize_new(sk, fitted)
             if fit is not None:
                 first.append(fit)
-    if predicted and len(first) < max_trials:
-        own = _predicted_skeleton(mod, target, len(sources))
-        cand = None if own is None else search.materialize_new(own, dict(own.decisions))
-        if cand is not None:
-            first.append(cand)
     valid = search.measure(first)
     zero_cand = next((c for c in first if c.latency_s is not None), None)
     history.append(RoundSummary(0, "replay", len(first), len(first), valid,
