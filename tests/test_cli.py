@@ -375,6 +375,17 @@ def test_compile_output_reads_well_and_agrees_with_itself(tmp_path) -> None:
     assert names == {t["name"] for t in rep["tasks"]}, (names, [t["name"] for t in rep["tasks"]])
 
 
+def test_commands_that_only_read_a_named_store_do_not_create_it(tmp_path) -> None:
+    """A mistyped ``--db`` given to ``compile --tune never`` or ``plan`` is an error naming the
+    path (README: commands that only read a store never create one), not a new empty store."""
+    for args in (("compile", "small_cnn", "--tune", "never"), ("plan", "small_cnn")):
+        missing = tmp_path / f"{args[0]}-typo.db"
+        proc = _run(*args, "--db", str(missing), "--no-library-cache" if args[0] == "compile" else "-q")
+        assert proc.returncode == 1, (args, proc.stderr[-2000:])
+        assert str(missing) in _one_error_line(proc.stderr)
+        assert not missing.exists()
+
+
 @pytest.mark.tvm
 def test_compile_with_a_memory_store_says_nothing_will_be_kept(tmp_path) -> None:
     proc = _run("compile", "small_cnn", "--db", "memory", "--tune", "never", "--no-library-cache")

@@ -92,6 +92,9 @@ def test_reuse_costs_follow_the_neighbourhood(tvm) -> None:
 
 
 def test_cli_plan_json_names_every_source(tmp_path) -> None:
+    from tunecache.store import open_store
+
+    open_store(str(tmp_path / "p.db")).close()  # plan only reads the store it is given: it must exist
     proc = subprocess.run([sys.executable, "-m", "tunecache.cli", "plan", "small_cnn", "--db", str(tmp_path / "p.db"),
                            "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

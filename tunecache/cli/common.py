@@ -23,6 +23,7 @@ __all__ = [
     "add_output_options",
     "error_line",
     "output_setup",
+    "reads_named_store",
     "seconds",
     "store_line",
     "target_flag",
@@ -49,6 +50,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"tunecache: error: {message} (see `{self.prog} --help`)\n")
 
+
+
+def reads_named_store(db: str | None) -> bool:
+    """Whether ``--db`` names a store that a command which only reads must not create: any
+    location but the default (created on first use) and ``memory`` (nothing on disk)."""
+    return db is not None and db.strip() != "memory"
 
 def at_least(text: str, least: int, unit: str = "") -> int:
     """A whole number >= ``least`` read from a flag (argparse names the flag in its error)."""

@@ -7,7 +7,15 @@ import json
 import sys
 from typing import Any
 
-from tunecache.cli.common import add_budget, add_db, add_output_options, seconds, store_line, target_flag
+from tunecache.cli.common import (
+    add_budget,
+    add_db,
+    add_output_options,
+    reads_named_store,
+    seconds,
+    store_line,
+    target_flag,
+)
 
 __all__ = ["load_model", "register", "target_text"]
 
@@ -46,7 +54,10 @@ def _cmd_compile(a: argparse.Namespace) -> int:
     # Everything a user can get wrong is checked before the model is imported and compiled.
     out = check_output_path(a.output) if a.output else None
     target = target_flag(a.target)
-    store = open_store(a.db, overlay=a.overlay)
+    # --tune never only reads the store it is given: a mistyped --db is an error naming it, not
+    # a new empty store silently serving predicted programs instead of the team's (the default
+    # store is created on first use as always).
+    store = open_store(a.db, overlay=a.overlay, create=not (a.tune == "never" and reads_named_store(a.db)))
     model, inputs, name = load_model(a.model)
     if not a.quiet:
         print(f"tunecache: {name} for {target_text(target)}; {store_line(store)}", file=sys.stderr)

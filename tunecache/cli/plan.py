@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from tunecache.cli.common import add_budget, add_db, add_output_options, target_flag, trials
+from tunecache.cli.common import add_budget, add_db, add_output_options, reads_named_store, target_flag, trials
 
 __all__ = ["register"]
 
@@ -25,7 +25,8 @@ def _cmd_plan(a: argparse.Namespace) -> int:
 
     t0 = time.time()
     target = target_flag(a.target)
-    hw, store = hardware_key(target), open_store(a.db, read_only=a.read_only)
+    # A store named with --db is only read: missing, it is an error naming it (as compile --tune never).
+    hw, store = hardware_key(target), open_store(a.db, read_only=a.read_only, create=not reads_named_store(a.db))
     tasks = collect_model_tasks(a.models, target)
     t1 = time.time()
     misses = lookup(tasks, store, hw).misses(tasks, "auto")
