@@ -32,7 +32,7 @@ R = TypeVar("R")
 #: Kernel groups per worker thread: more groups balance the threads better (a group's cost is
 #: not known in advance), fewer cost less per-module overhead (an LLVM context, a JIT engine).
 GROUPS_PER_WORKER = 4
-#: Below this many kernels a model is built as ``tvm.compile`` builds it.
+#: Below this many kernels a model's kernels are one LLVM module, as ``tvm.compile`` makes them.
 MIN_KERNELS = 2
 
 
@@ -57,8 +57,9 @@ def kernel_groups(costs: Sequence[float], groups: int) -> list[list[int]]:
 
 
 def _cost(func: Any) -> float:
-    """A kernel's code-generation cost, roughly: its statements after unrolling is what LLVM
-    chews on, and a scheduled kernel (tiled, unrolled, vectorized) costs several default ones."""
+    """A kernel's code-generation cost, roughly: a scheduled kernel (tiled, unrolled, vectorized)
+    cost ~3.9x a default one to generate (``docs/NOTES.md``, session 10). Nothing finer is known
+    before generating it; the groups (several per thread) absorb the rest."""
     attrs = func.attrs or {}
     return 4.0 if "tirx.is_scheduled" in attrs else 1.0
 
@@ -120,8 +121,8 @@ def compile_relax(mod: Any, target: Any, pipeline: Any, *, workers: int | None =
     pipeline
         The Relax pipeline (a ``tvm.transform.Pass``), as ``tvm.compile``'s ``relax_pipeline``.
     workers
-        Threads; default: :func:`tunecache.tvm_layer.threads.workers`. One worker, or fewer than
-        :data:`MIN_KERNELS` kernels, builds with ``tvm.compile``.
+        Threads; default: :func:`tunecache.tvm_layer.threads.workers`. One worker builds with
+        ``tvm.compile``; fewer than :data:`MIN_KERNELS` kernels are one LLVM module.
 
     Returns
     -------
