@@ -146,10 +146,10 @@ def compile_relax(mod: Any, target: Any, pipeline: Any, *, workers: int | None =
     builder = relax.ExecBuilder()
     mod = vm_build._vmcodegen(builder, mod, "bytecode")
     kernels = [(gv, f) for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)]
-    if len(kernels) < MIN_KERNELS:
-        lib = tvm.tirx.build(tvm.IRModule(dict(kernels), attrs=mod.attrs), target=target) if kernels else None
-        return vm_build.VMExecutable(vm_build._ffi_api.VMLink(builder, target, lib, ext_libs, params))
-    groups = kernel_groups([_cost(f) for _, f in kernels], workers * GROUPS_PER_WORKER)
+    if len(kernels) < MIN_KERNELS:  # one module (none without kernels), built on this thread
+        groups = [list(range(len(kernels)))] if kernels else []
+    else:
+        groups = kernel_groups([_cost(f) for _, f in kernels], workers * GROUPS_PER_WORKER)
     parts = [tvm.IRModule({kernels[i][0]: kernels[i][1] for i in g}, attrs=mod.attrs) for g in groups]
     firsts = [kernels[g[0]][0].name_hint for g in groups]
 
@@ -159,7 +159,7 @@ def compile_relax(mod: Any, target: Any, pipeline: Any, *, workers: int | None =
         return part
 
     libs = thread_map(in_scopes(build), range(len(parts)), threads=workers, name="tunecache-codegen")
-    lib = libs[0]
     for other in libs[1:]:
-        lib.import_module(other)
+        libs[0].import_module(other)
+    lib = libs[0] if libs else None
     return vm_build.VMExecutable(vm_build._ffi_api.VMLink(builder, target, lib, ext_libs, params))
