@@ -237,3 +237,51 @@ def test_nchw_register_tile_spans_output_channels_and_whole_vectors(tvm: Any, mc
         _n, oc, h, w = tiles[:4]
         assert oc[-1] > 1 and h[-1] == 1
         assert w[-1] % lanes == 0 or w[-1] <= lanes
+
+
+def test_build_takes_a_predicted_kernel_as_scheduled_not_replayed_again(tvm: Any, target: Any) -> None:
+    """The kernel the rung scheduled is what the build applies (kept in-process, not replayed a
+    second time), and it is the very kernel MetaSchedule's pass would make from the record."""
+    import tvm_ffi
+
+    from tunecache.search.predict import predicted_record
+    from tunecache.store.factory import open_store
+    from tunecache.tvm_layer import scheduled
+    from tunecache.tvm_layer.convert import workload_of
+    from tunecache.tvm_layer.database import make_database
+    from tunecache.tvm_layer.frontend.codegen import _already_scheduled, apply_database
+    from tunecache.tvm_layer.target import hardware_key
+
+    mod = te_matmul(tvm, 48, 40, 24)
+    key, _, _ = workload_of(mod)
+    hw = hardware_key(target)
+    rec = predicted_record(mod, key, hw, target)
+    assert isinstance(rec, Record), rec
+    kernel = mod["main"].without_attr("global_symbol")  # a model's kernels are private
+    model = tvm.IRModule({"fused_matmul": kernel})
+    db = make_database(open_store("memory"), hw, target, extra={key: rec})
+    with target:
+        kept = _already_scheduled(db, kernel)
+        assert kept is not None
+        applied = apply_database(model, db)
+        scheduled.clear()
+        assert _already_scheduled(db, kernel) is None  # forgotten: the pass replays the record
+        replayed = apply_database(model, db)
+    assert tvm_ffi.structural_equal(applied["fused_matmul"], replayed["fused_matmul"])
+    assert tvm_ffi.structural_equal(kept, replayed["fused_matmul"])
+    assert "T.vectorized" in applied["fused_matmul"].script()
+    assert applied["fused_matmul"].attrs.get("global_symbol") is None  # still private
+
+
+def test_scheduled_kernels_are_bounded_and_keyed_by_trace_and_target() -> None:
+    from tunecache.tvm_layer import scheduled
+
+    scheduled.clear()
+    for i in range(scheduled.LIMIT + 5):
+        scheduled.remember("w", [[["Split", i]], []], "llvm", f"mod{i}")
+    assert scheduled.recall("w", [[["Split", 0]], []], "llvm") is None  # the oldest went first
+    assert scheduled.recall("w", [[["Split", 7]], []], "llvm") == "mod7"
+    assert scheduled.recall("w", [[["Split", 7]], []], "cuda") is None
+    assert scheduled.recall("v", [[["Split", 7]], []], "llvm") is None
+    scheduled.clear()
+    assert scheduled.recall("w", [[["Split", 7]], []], "llvm") is None

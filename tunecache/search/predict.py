@@ -575,7 +575,7 @@ def predict_task(mod: Any, key: WorkloadKey, hardware: HardwareKey, target: Any,
 
     from tunecache.errors import InvalidRecordError
     from tunecache.search.narrow.replay import as_ir_module
-    from tunecache.tvm_layer import load_tvm
+    from tunecache.tvm_layer import load_tvm, scheduled
     from tunecache.tvm_layer.convert import record_from_tvm
     from tunecache.tvm_layer.sketch import as_target
 
@@ -594,6 +594,7 @@ def predict_task(mod: Any, key: WorkloadKey, hardware: HardwareKey, target: Any,
         rec = record_from_tvm(tr, key, hardware, prov)
     except (InvalidRecordError, TypeError, ValueError) as err:
         return f"the predicted program cannot be recorded: {err}"
+    scheduled.remember(key.shash, rec.trace, target, got.sch.mod)  # the build takes it as it is
     digest = hashlib.sha256(json.dumps(rec.trace, sort_keys=True).encode()).hexdigest()[:16]
     uid = hashlib.sha256(f"predict/1|{key}|{hardware.id}|{digest}".encode()).hexdigest()[:32]
     return replace(rec, uid=uid), got.how

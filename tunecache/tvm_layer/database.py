@@ -19,7 +19,7 @@ from tunecache.errors import InvalidRecordError, ReadOnlyStoreError, TunecacheEr
 from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Provenance, Record, mean_latency
-from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer import load_tvm, scheduled
 
 __all__ = ["make_database", "CommitEvent", "measured_for_tvm", "reraise_store_error"]
 
@@ -198,6 +198,19 @@ def _database_class() -> Any:
                     except InvalidRecordError:
                         continue  # a record that no longer loads is skipped, like MetaSchedule does
                 return out
+
+            def scheduled_kernel(self, mod: Any) -> Any | None:
+                """The scheduled ``IRModule`` this process already made from the best record of
+                workload ``mod`` (a normalized one-function module), or ``None``.
+
+                ``MetaScheduleApplyDatabase`` would replay the record's trace again; a replayed
+                or predicted program was scheduled moments before (:mod:`tunecache.tvm_layer.scheduled`).
+                """
+                key = WorkloadKey(_shash(mod))
+                recs = self.store.best_k(key, self.hardware, 1)
+                if not recs and key in self.extra:
+                    recs = [self.extra[key]]
+                return scheduled.recall(key.shash, recs[0].trace, self.target) if recs else None
 
             def get_all_tuning_records(self) -> list[Any]:
                 out = []

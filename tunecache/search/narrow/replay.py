@@ -124,6 +124,7 @@ def replayed_record(source: Record, mod: Any, key: WorkloadKey, hardware: Hardwa
     """
     import hashlib
 
+    from tunecache.tvm_layer import scheduled
     from tunecache.tvm_layer.convert import record_from_tvm
 
     sch = replay_on(source, mod, target, seed=seed)
@@ -141,6 +142,7 @@ def replayed_record(source: Record, mod: Any, key: WorkloadKey, hardware: Hardwa
         rec = record_from_tvm(tr, key, hardware, prov)
     except (InvalidRecordError, TypeError, ValueError) as err:
         return f"the replayed program of record {source.uid} cannot be recorded: {err}"
+    scheduled.remember(key.shash, rec.trace, target, sch.mod)  # the build takes it as it is
     uid = hashlib.sha256(f"replay/1|{source.uid}|{key}|{hardware.id}".encode()).hexdigest()[:32]
     return replace(rec, uid=uid)
 

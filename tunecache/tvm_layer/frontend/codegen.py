@@ -87,14 +87,26 @@ def apply_database(mod: Any, database: Any, *, workers: int | None = None) -> An
 
     Each thread applies the pass to a module of some of the kernels (the database's records are
     decoded and their traces replayed there); the scheduled kernels replace the originals in a
-    copy of ``mod``. Call it inside the target's scope (the pass reads ``Target.current()``).
+    copy of ``mod``. A kernel this process scheduled from its record already (a replayed or
+    predicted program, :mod:`tunecache.tvm_layer.scheduled`) is taken as it is, not replayed
+    again. Call it inside the target's scope (the pass reads ``Target.current()``).
     """
     tvm = load_tvm()
     from tvm import relax, tirx
 
     from tunecache.tvm_layer.threads import workers as default_workers
 
-    kernels = [gv for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)]
+    out = mod.clone()
+    kernels = []
+    for gv, f in mod.functions_items():
+        if isinstance(f, tirx.PrimFunc):
+            known = _already_scheduled(database, f)
+            if known is None:
+                kernels.append(gv)
+            else:
+                out[gv] = known
+    if not kernels:
+        return out
     groups = kernel_groups([1.0] * len(kernels), (workers or default_workers()) * GROUPS_PER_WORKER)
 
     def apply(group: list[int]) -> Any:
@@ -102,11 +114,32 @@ def apply_database(mod: Any, database: Any, *, workers: int | None = None) -> An
             return relax.transform.MetaScheduleApplyDatabase()(tvm.IRModule({kernels[i]: mod[kernels[i]]
                                                                              for i in group}))
 
-    out = mod.clone()
     for part in thread_map(in_scopes(apply), groups, threads=workers, name="tunecache-apply"):
         for gv, f in part.functions_items():
             out[gv] = f
     return out
+
+
+def _already_scheduled(database: Any, func: Any) -> Any | None:
+    """``func`` scheduled as ``MetaScheduleApplyDatabase`` would schedule it, when ``database``
+    holds that very kernel already (a replayed or predicted program, scheduled where it was
+    chosen), else ``None``: the pass replays the record's trace."""
+    import tvm_ffi
+
+    lookup = getattr(database, "scheduled_kernel", None)
+    if lookup is None:
+        return None
+    normalized = tvm_ffi.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")(func)
+    known = lookup(normalized)
+    if known is None:
+        return None
+    (scheduled,) = [f for _, f in known.functions_items()]
+    # as the pass leaves it: the kernel's own attributes (normalizing named it "main"; a private
+    # kernel stays private), marked scheduled
+    own = dict(func.attrs) if func.attrs is not None else {}
+    if "global_symbol" not in own:
+        scheduled = scheduled.without_attr("global_symbol")
+    return scheduled.with_attrs(own).with_attr("tirx.is_scheduled", True)
 
 
 def compile_relax(mod: Any, target: Any, pipeline: Any, *, workers: int | None = None) -> Any:
