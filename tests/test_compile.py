@@ -7,6 +7,7 @@ second (in a new process), with identical outputs; the same through ONNX and a R
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -103,6 +104,7 @@ def test_second_compile_in_a_new_process_is_all_hits(tuned, cnn, tmp_path) -> No
 def test_never_with_an_empty_store_predicts_programs_and_runs(tmp_path, cnn) -> None:
     cm = tunecache.compile(cnn.module, example_inputs=cnn.example_inputs, store=str(tmp_path / "empty.db"),
                            tune="never", progress=False)
+    assert gc.isenabled()  # paused during the compile only (tunecache.gcpause)
     assert cm.report.trials == 0 and cm.report.count("predicted") >= 1
     assert all(t.outcome in ("predicted", "fallback") and t.latency_s is None for t in cm.report.tasks)
     assert all("0 measurements" in t.note for t in cm.report.tasks if t.outcome == "predicted")

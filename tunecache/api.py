@@ -258,12 +258,14 @@ def compile(  # noqa: A001 - the product's verb
         if example_inputs is not None:  # compiled now: errors surface here, the first call is fast
             dm.variant(*(example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)))
         return dm
+    from tunecache.gcpause import gc_paused
     from tunecache.pipeline import compile_model
     from tunecache.tvm_layer import frontend
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
     tgt = resolve_target(target)  # a bad target is an error before the model is imported
-    imported = frontend.import_model(model, example_inputs)
+    with gc_paused():  # torch.export's allocations (tunecache.gcpause)
+        imported = frontend.import_model(model, example_inputs)
     hw = hardware_key(tgt)
     st = open_store(store, overlay=overlay)
     cache = _library_cache(library_cache)

@@ -165,7 +165,20 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
     the tuning queue (``tune="background"``). The report is a
     :class:`~tunecache.report.CompileReport` with the compile's context and timings.
     """
+    from tunecache.gcpause import gc_paused
+
+    with gc_paused():  # all but a search (tunecache.gcpause)
+        return _ladder(imported, target, hw, store, tune=tune, trials_per_task=trials_per_task,
+                       time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress,
+                       escalate_below=escalate_below, cache=cache, model_name=model_name)
+
+
+def _ladder(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
+            time_budget_s: float | None, seed: int | None, work_dir: Any, progress: bool,
+            escalate_below: float | None, cache: Any, model_name: str) -> tuple[Any, Path | None, Any]:
+    """:func:`compile_model`'s steps, in order."""
     from tunecache import library
+    from tunecache.gcpause import gc_running
     from tunecache.report import compile_report
     from tunecache.tvm_layer import frontend
 
@@ -187,7 +200,7 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
     result = None
     if misses and tune in ("auto", "always"):                                         # 2-3. plan, search
         library.commit_workloads(misses, store)
-        with _progress(progress, time_budget_s) as printer:
+        with gc_running(), _progress(progress, time_budget_s) as printer:
             result = search(misses, target, store, hw, trials_per_task=trials_per_task, reuse=tune != "always",
                             escalate_below=escalate_below, time_budget_s=time_budget_s, seed=seed,
                             work_dir=work_dir, progress=printer, hits=[t for t in tasks if t.key not in miss_keys])
