@@ -234,6 +234,10 @@ def _prepack_weights(applied: tvm.IRModule, prepared: tvm.IRModule) -> tvm.IRMod
     candidates = [gv for gv, f in applied.functions_items() if isinstance(f, tirx.PrimFunc) and _rewrites_layout(f)]
     if not candidates:
         return applied
+    try:  # all at once; only when that fails is each kernel tried alone (half the time on ResNet-18)
+        return _split_layout_rewrites(applied, candidates)
+    except ModelStageError:
+        pass
     splittable = []
     for gv in candidates:
         try:
@@ -248,6 +252,15 @@ def _prepack_weights(applied: tvm.IRModule, prepared: tvm.IRModule) -> tvm.IRMod
             splittable.append(gv)
     if not splittable:
         return applied
+    return _split_layout_rewrites(applied, splittable)
+
+
+def _split_layout_rewrites(applied: tvm.IRModule, splittable: list[Any]) -> tvm.IRModule:
+    """``applied`` with the weight re-layouts of kernels ``splittable`` split off and folded
+    (``applied`` itself is not changed)."""
+    tvm = load_tvm()
+    from tvm import relax, tirx
+
     # The pass sees the Relax functions and the kernels to split; the other kernels are set aside
     # and put back (the call sites it rewrites are only those of the split kernels).
     keep = {gv.name_hint for gv in splittable}
