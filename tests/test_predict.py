@@ -285,3 +285,23 @@ def test_scheduled_kernels_are_bounded_and_keyed_by_trace_and_target() -> None:
     assert scheduled.recall("v", [[["Split", 7]], []], "llvm") is None
     scheduled.clear()
     assert scheduled.recall("w", [[["Split", 7]], []], "llvm") is None
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+def test_ranking_without_the_layout_rewrite_picks_the_same_program(tvm: Any, target: Any, kind: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidates are scored before weight prepacking's postprocessor (it moves no loop the score
+    reads) and only the chosen one gets it: the program is the one ranking with it gives."""
+    import tvm_ffi
+
+    from tunecache.search import predict
+
+    mod = _task(tvm, kind)
+    mod = tvm.IRModule({"main": mod["main"].with_attr("layout_free_buffers", [1])})  # a weight, as a model's
+    fast = predict.predict_program(mod, target)
+    monkeypatch.setattr(predict, "SCORED_WITHOUT", frozenset())
+    full = predict.predict_program(mod, target)
+    assert isinstance(fast, predict.Prediction) and isinstance(full, predict.Prediction)
+    assert fast.sketch == full.sketch and fast.decisions == full.decisions
+    assert tvm_ffi.structural_equal(fast.sch.mod, full.sch.mod)
+    assert any(str(i[0]) == "TransformLayout" for i in fast.sch.trace.as_json()[0])  # the winner was prepacked
