@@ -207,10 +207,10 @@ def _database_class() -> Any:
                 or predicted program was scheduled moments before (:mod:`tunecache.tvm_layer.scheduled`).
                 """
                 key = WorkloadKey(_shash(mod))
-                recs = self.store.best_k(key, self.hardware, 1)
-                if not recs and key in self.extra:
-                    recs = [self.extra[key]]
-                return scheduled.recall(key.shash, recs[0].trace, self.target) if recs else None
+                rec = self.extra.get(key)  # only a replay or prediction was scheduled in-process
+                if rec is None or self.store.best_k(key, self.hardware, 1):  # the store's wins, as in get_top_k
+                    return None
+                return scheduled.recall(key.shash, rec.trace, self.target)
 
             def get_all_tuning_records(self) -> list[Any]:
                 out = []
