@@ -14,7 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from tunecache.config import DEFAULT_TRIALS_PER_TASK, TUNE_MODES, check_seconds, check_trials
+from tunecache.config import (
+    DEFAULT_SEARCH,
+    DEFAULT_TRIALS_PER_TASK,
+    TUNE_MODES,
+    check_search,
+    check_seconds,
+    check_trials,
+)
 from tunecache.dynamic import DEFAULT_MAX_VARIANTS, DynamicModel, check_dynamic_model
 from tunecache.errors import ConfigError
 from tunecache.report import CompileReport
@@ -138,14 +145,16 @@ class CompiledModel:
 def compile(model: Any, target: Any = ..., *, example_inputs: Any = ..., store: Any = ..., overlay: Any = ...,
             tune: str = ..., trials_per_task: int = ..., time_budget_s: float | None = ..., seed: int | None = ...,
             work_dir: Any = ..., progress: bool = ..., escalate_below: float | None = ..., library_cache: Any = ...,
-            name: str | None = ..., dynamic: Literal[False] = ..., max_variants: int = ...) -> CompiledModel: ...
+            name: str | None = ..., dynamic: Literal[False] = ..., max_variants: int = ...,
+            search: str = ...) -> CompiledModel: ...
 
 
 @overload
 def compile(model: Any, target: Any = ..., *, example_inputs: Any = ..., store: Any = ..., overlay: Any = ...,
             tune: str = ..., trials_per_task: int = ..., time_budget_s: float | None = ..., seed: int | None = ...,
             work_dir: Any = ..., progress: bool = ..., escalate_below: float | None = ..., library_cache: Any = ...,
-            name: str | None = ..., dynamic: Literal[True], max_variants: int = ...) -> DynamicModel: ...
+            name: str | None = ..., dynamic: Literal[True], max_variants: int = ...,
+            search: str = ...) -> DynamicModel: ...
 
 
 def compile(  # noqa: A001 - the product's verb
@@ -166,6 +175,7 @@ def compile(  # noqa: A001 - the product's verb
     name: str | None = None,
     dynamic: bool = False,
     max_variants: int = DEFAULT_MAX_VARIANTS,
+    search: str = DEFAULT_SEARCH,
 ) -> CompiledModel | DynamicModel:
     """Compile ``model`` for ``target`` with the store's tuned programs; tune what is missing.
 
@@ -224,6 +234,11 @@ def compile(  # noqa: A001 - the product's verb
         ``example_inputs`` variant is compiled now. A ``torch.nn.Module`` only.
     max_variants
         With ``dynamic=True``: how many shapes are kept compiled (least recently used evicted).
+    search
+        The search of tasks with nothing to reuse: ``"evolutionary"`` (MetaSchedule's, the
+        default) or ``"gradient"`` (:mod:`tunecache.search.gradient`: descent on a cost model the
+        store trains; tasks without a multi-level tiling still get the evolutionary search).
+        The report's notes say which ran.
 
     Returns
     -------
@@ -243,6 +258,7 @@ def compile(  # noqa: A001 - the product's verb
     if tune not in TUNE_MODES:
         raise ConfigError(f"tune={tune!r} is not one of {TUNE_MODES}")
     check_trials("trials_per_task", trials_per_task)
+    search = check_search("search", search)
     time_budget_s = check_seconds("time_budget_s", time_budget_s)
     if dynamic:
         check_dynamic_model(model)
@@ -252,7 +268,7 @@ def compile(  # noqa: A001 - the product's verb
             return compile(model, target, example_inputs=inputs, store=shared, tune=tune,
                            trials_per_task=trials_per_task, time_budget_s=time_budget_s, seed=seed,
                            work_dir=work_dir, progress=progress, escalate_below=escalate_below,
-                           library_cache=library_cache, name=name)
+                           library_cache=library_cache, name=name, search=search)
 
         dm = DynamicModel(model, compile_variant, max_variants)
         if example_inputs is not None:  # compiled now: errors surface here, the first call is fast
@@ -275,7 +291,7 @@ def compile(  # noqa: A001 - the product's verb
         executable, library_path, report = compile_model(
             imported, tgt, hw, st, tune=mode, trials_per_task=trials_per_task, time_budget_s=time_budget_s,
             seed=seed, work_dir=work_dir, progress=progress, escalate_below=escalate_below, cache=cache,
-            model_name=label)
+            model_name=label, search=search)
         again = "background" if mode == "background" else "never"
         return CompiledModel(executable, imported, tgt, report, library_path, recompile=lambda: run(again),
                              store=st, hardware=hw)

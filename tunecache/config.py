@@ -46,6 +46,14 @@ ENV_TUNE = "TUNECACHE_TUNE"
 #: measures nothing now and queues the misses for ``tunecache worker``; ``always`` re-tunes.
 TUNE_MODES = ("auto", "never", "background", "always")
 
+#: The searches of the ladder's last rung (``search=`` of ``compile`` and ``warm``, ``--search``):
+#: MetaSchedule's evolutionary search, or the gradient search (:mod:`tunecache.search.gradient`,
+#: for tasks with a multi-level tiling; the others get the evolutionary one).
+SEARCHES = ("evolutionary", "gradient")
+
+#: The search when none is given: the one ``tools/bench_gradient.py`` shows wins (docs/gradient.md).
+DEFAULT_SEARCH = "evolutionary"
+
 #: Trials of one task's full search when none is given: ``tunecache.compile``'s
 #: ``trials_per_task``, ``tunecache.warm``'s ``full_trials`` and ``--trials-per-task`` /
 #: ``--budget`` of ``compile``, ``plan`` and ``warm``.
@@ -76,6 +84,15 @@ def check_trials(name: str, value: object) -> int:
     if value < 1:
         raise ConfigError(f"{name} must be at least 1 trial, got {value}")
     return value
+
+
+def check_search(name: str, value: object) -> str:
+    """Return ``value`` when it is one of :data:`SEARCHES`; else raise ``ConfigError`` naming ``name``."""
+    from tunecache.errors import ConfigError
+
+    if value not in SEARCHES:
+        raise ConfigError(f"{name} must be one of {', '.join(SEARCHES)}, got {value!r}")
+    return str(value)
 
 
 def check_seconds(name: str, value: object) -> float | None:

@@ -101,7 +101,7 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
            reuse_trials: int | None = None, reuse: bool = True, bridges: bool = False,
            escalate_below: float | None = None, time_budget_s: float | None = None, seed: int | None = None,
            work_dir: str | Path | None = None, progress: Any = None,
-           transfer: bool = True, hits: Sequence[Any] = ()) -> SearchResult:
+           transfer: bool = True, hits: Sequence[Any] = (), search_kind: str = "evolutionary") -> SearchResult:
     """Plan the misses, execute the plan, re-measure the bests: one path for every search.
 
     ``reuse=False`` (``tune="always"``) plans a full search of every task, each with its whole
@@ -112,7 +112,7 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
     events (a callable); a :class:`tunecache.progress.ProgressPrinter` is also told the plan's
     size (``start``) and every finished step (``step``). No task gets more than
     ``trials_per_task`` trials, so the search no more than
-    :func:`tunecache.search.budget.plan_budget`. Other parameters as in
+    :func:`tunecache.search.budget.plan_budget`. ``search_kind`` is ``compile``'s ``search``. Other parameters as in
     :func:`tunecache.compile` and :class:`~tunecache.values.SearchContext`.
 
     A Ctrl-C stops the search after the measurements in flight (:mod:`tunecache.interrupt`):
@@ -143,7 +143,7 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
                 target, store, hw, full_trials=trials_per_task, reuse_trials=reuse_trials, work_dir=work_dir,
                 time_budget_s=None if time_budget_s is None else (1 - REMEASURE_SHARE) * time_budget_s,
                 escalate_below=DEFAULT_ESCALATE_BELOW if escalate_below is None else escalate_below,
-                seed=seed, progress=progress, fresh=not reuse) as ctx:
+                seed=seed, progress=progress, fresh=not reuse, search=search_kind) as ctx:
             outcomes = execute_plan(mp, mods, ctx, transfer=transfer, on_step=getattr(progress, "step", None))
             remeasure_bests([(by_key[pt.key], outcomes[n]) for n, pt in mp.tasks.items() if n in outcomes], ctx,
                             deadline=None if time_budget_s is None else start + time_budget_s)
@@ -157,7 +157,8 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
 def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
                   time_budget_s: float | None = None, seed: int | None = None, work_dir: Any = None,
                   progress: bool = True, escalate_below: float | None = None,
-                  cache: Any = None, model_name: str = "") -> tuple[Any, Path | None, Any]:
+                  cache: Any = None, model_name: str = "",
+                  search: str = "evolutionary") -> tuple[Any, Path | None, Any]:
     """The whole ladder for one imported model; return ``(executable, library path, report)``.
 
     ``tune``, ``trials_per_task``, ... as in :func:`tunecache.compile`; ``cache`` is a
@@ -170,12 +171,13 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
     with gc_paused():  # all but a search (tunecache.gcpause)
         return _ladder(imported, target, hw, store, tune=tune, trials_per_task=trials_per_task,
                        time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress,
-                       escalate_below=escalate_below, cache=cache, model_name=model_name)
+                       escalate_below=escalate_below, cache=cache, model_name=model_name, search_kind=search)
 
 
 def _ladder(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
             time_budget_s: float | None, seed: int | None, work_dir: Any, progress: bool,
-            escalate_below: float | None, cache: Any, model_name: str) -> tuple[Any, Path | None, Any]:
+            escalate_below: float | None, cache: Any, model_name: str,
+            search_kind: str = "evolutionary") -> tuple[Any, Path | None, Any]:
     """:func:`compile_model`'s steps, in order."""
     from tunecache import library
     from tunecache.gcpause import gc_running
@@ -203,7 +205,8 @@ def _ladder(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: st
         with gc_running(), _progress(progress, time_budget_s) as printer:
             result = search(misses, target, store, hw, trials_per_task=trials_per_task, reuse=tune != "always",
                             escalate_below=escalate_below, time_budget_s=time_budget_s, seed=seed,
-                            work_dir=work_dir, progress=printer, hits=[t for t in tasks if t.key not in miss_keys])
+                            work_dir=work_dir, progress=printer, hits=[t for t in tasks if t.key not in miss_keys],
+                            search_kind=search_kind)
             if printer is not None:
                 printer.close(result.trials)
     replays = {}

@@ -95,6 +95,8 @@ class SearchContext:
     fresh
         Search every node again with its whole budget (``tune="always"``): done marks and
         records already spent do not count; the stored records still seed the search.
+    search
+        The full search's kind: ``"evolutionary"`` or ``"gradient"`` (:data:`tunecache.config.SEARCHES`).
     """
 
     target: Any
@@ -114,3 +116,4 @@ class SearchContext:
     lease_s: float = 60.0
     wait_s: float = 3600.0
     fresh: bool = False
+    search: str = "evolutionary"

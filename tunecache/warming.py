@@ -15,7 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tunecache.config import DEFAULT_TRIALS_PER_TASK, check_seconds, check_trials, default_reuse_trials
+from tunecache.config import (
+    DEFAULT_SEARCH,
+    DEFAULT_TRIALS_PER_TASK,
+    check_search,
+    check_seconds,
+    check_trials,
+    default_reuse_trials,
+)
 from tunecache.errors import ConfigError, DependencyError, Interrupted, TunecacheError, UnsupportedModelError
 from tunecache.progress import ProgressPrinter
 from tunecache.report import WarmReport
@@ -109,6 +116,7 @@ def warm(
     seed: int | None = None,
     progress: bool = True,
     holder: str | None = None,
+    search: str = DEFAULT_SEARCH,
 ) -> WarmReport:
     """Warm the store for ``models`` on ``target``.
 
@@ -139,6 +147,9 @@ def warm(
     progress
         Show a progress line on stderr: every measured round and finished step (the Ray
         executor: every finished step).
+    search
+        As in :func:`tunecache.compile`: ``"evolutionary"`` or ``"gradient"`` (the local executor
+        only).
 
     Raises
     ------
@@ -150,6 +161,10 @@ def warm(
     if executor not in ("local", "ray"):
         raise ConfigError(f"executor={executor!r}: use 'local' or 'ray'")
     check_trials("full_trials", full_trials)
+    search = check_search("search", search)
+    if search != "evolutionary" and executor == "ray":
+        raise ConfigError(f"search={search!r} runs on the local executor only; the Ray executor's workers run "
+                          "the evolutionary search: drop executor='ray' or use search='evolutionary'")
     reuse_trials = default_reuse_trials(full_trials) if reuse_trials is None else check_trials("reuse_trials",
                                                                                              reuse_trials)
     time_budget_s = check_seconds("time_budget_s", time_budget_s)
@@ -164,14 +179,15 @@ def warm(
         tasks = collect_model_tasks(list(models), tgt)
         return warm_tasks(tasks, tgt, hw, st, t0, full_trials=full_trials, reuse_trials=reuse_trials,
                           time_budget_s=time_budget_s, executor=executor, address=address, runner=runner,
-                          bridges=bridges, dry_run=dry_run, seed=seed, progress=progress, holder=holder)
+                          bridges=bridges, dry_run=dry_run, seed=seed, progress=progress, holder=holder,
+                          search=search)
 
 
 def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, full_trials: int,
                reuse_trials: int, time_budget_s: float | None, executor: str = "local", address: str | None = None,
                runner: str | None = None, bridges: bool = True, dry_run: bool = False, seed: int | None = None,
                progress: bool = True, holder: str | None = None, label: str = "warm",
-               polish: bool = False) -> WarmReport:
+               polish: bool = False, search: str = DEFAULT_SEARCH) -> WarmReport:
     """The body of :func:`warm` once the tasks, target, store and cluster are there (the
     worker's too, :mod:`tunecache.worker`): plan the tasks not done, execute the plan.
 
@@ -236,7 +252,7 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
             with stop_on_interrupt(), search_context(
                     tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials,
                     runner=rpc_runner(runner) if runner else None, time_budget_s=time_budget_s,
-                    seed=seed, holder=holder or "", progress=on_round) as ctx:
+                    seed=seed, holder=holder or "", progress=on_round, search=search) as ctx:
                 outcomes = execute_plan(mp, mods, ctx, on_step=on_step, polish=polish)
     except Interrupted as stop:
         raise Interrupted(stop.trials, stored_records(st, hw, [t.key for t in todo])) from stop

@@ -16,6 +16,7 @@ from tunecache.cli.common import (
     store_line,
     target_flag,
 )
+from tunecache.config import DEFAULT_SEARCH, SEARCHES
 
 __all__ = ["load_model", "register", "target_text"]
 
@@ -72,6 +73,7 @@ def _cmd_compile(a: argparse.Namespace) -> int:
         time_budget_s=a.time_budget,
         seed=a.seed,
         progress=not a.quiet,
+        search=a.search,
         # A .tar holds object files: build them (a cached library is a .so already).
         library_cache=False if a.no_library_cache or (out is not None and out.suffix != ".so") else None,
     )
@@ -135,6 +137,9 @@ def register(sub: Any) -> None:
     p.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
                    help="wall-clock budget of all tuning")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--search", choices=SEARCHES, default=DEFAULT_SEARCH,
+                   help="search of tasks with nothing to reuse: evolutionary (MetaSchedule's, default) or "
+                        "gradient (descent on a cost model the store trains)")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write the compiled model: PATH.so a shared library, PATH.tar its object files")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from tunecache.cli.common import add_budget, add_db, add_output_options, seconds, store_line, target_flag, trials
+from tunecache.config import DEFAULT_SEARCH, SEARCHES
 
 __all__ = ["register"]
 
@@ -41,7 +42,7 @@ def _cmd_warm(a: argparse.Namespace) -> int:
     for t in resolved:
         rep = warm(models, t, store=store, full_trials=a.budget, reuse_trials=a.reuse_budget,
                    time_budget_s=a.time_budget, executor=a.executor, address=a.address, runner=a.runner,
-                   bridges=a.bridges, dry_run=a.dry_run, seed=a.seed, progress=not a.quiet)
+                   bridges=a.bridges, dry_run=a.dry_run, seed=a.seed, progress=not a.quiet, search=a.search)
         if a.json:
             print(rep.to_json())
         elif a.dry_run:
@@ -81,6 +82,8 @@ def register(sub: Any) -> None:
     w.add_argument("--bridges", action=argparse.BooleanOptionalAction, default=True)
     w.add_argument("--dry-run", action="store_true", help="print the plan and estimated trials only")
     w.add_argument("--seed", type=int, default=None)
+    w.add_argument("--search", choices=SEARCHES, default=DEFAULT_SEARCH,
+                   help="search of tasks with nothing to reuse: evolutionary (default) or gradient (local executor)")
     w.add_argument("--plot", metavar="PNG", default=None,
                    help="write a plot of trials over time to this .png (none by default)")
     w.add_argument("--json", action="store_true")

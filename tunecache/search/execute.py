@@ -182,6 +182,13 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
             done[s.node] = TaskOutcome(s.node, s.name, s.key,
                                        "tuned" if latency is not None and not ctx.fresh else "fallback",
                                        note=why, latency_s=latency)
+    if todo and ctx.search == "gradient":
+        graded = search_gradient([s for s in todo if _has_tiling(s, ctx)], budgets, ctx, note=note)
+        done.update(graded)
+        todo = [s for s in todo if s.node not in graded]
+        total -= sum(o.trials for o in graded.values())
+        if total <= 0:
+            todo = []
     if todo:
         db = make_database(ctx.store, ctx.hardware, ctx.target, provenance=_prov(ctx.hardware, "tuned"),
                            names={s.key.shash: s.name for s in todo})
@@ -206,6 +213,60 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
             done[s.node] = TaskOutcome(s.node, s.name, s.key, "tuned" if ok else "fallback", r.trials, r.seconds,
                                        note=note if ok else "no candidate built and ran", latency_s=latency)
     return [done[s.node] for s in specs]
+
+
+def _has_tiling(spec: NodeSpec, ctx: SearchContext) -> bool:
+    """Whether ``spec``'s design space has a multi-level tiling sketch (what the gradient search tunes)."""
+    from tunecache.search.gradient import tiled_spaces
+
+    try:
+        return bool(tiled_spaces(spec.mod, ctx.target))
+    except Exception:  # noqa: BLE001 - no design space: the evolutionary search handles it
+        return False
+
+
+def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: SearchContext, *,
+                    note: str = "full search") -> dict[str, TaskOutcome]:
+    """Gradient search of each of ``specs`` with its budget, one after another; outcomes by node.
+
+    The cost model starts from the shipped one refitted on the store's records for the hardware
+    (:func:`tunecache.search.gradient.training.start_model`), and every task's measurements refine
+    it for the next. Records are committed like the evolutionary search's (provenance
+    ``tuned``). Stops between tasks after ``ctx.deadline`` or a stop request.
+    """
+    from tunecache.search.gradient import gradient_search
+    from tunecache.search.gradient.training import start_model
+
+    out: dict[str, TaskOutcome] = {}
+    if not specs:
+        return out
+    model, rows = start_model(ctx.store, ctx.hardware, seed=ctx.seed or 0)
+    base = 0
+    for s in specs:
+        if stop_requested():
+            raise Interrupted(base)
+        if ctx.deadline is not None and time.time() >= ctx.deadline:
+            break
+        db = make_database(ctx.store, ctx.hardware, ctx.target, provenance=_prov(ctx.hardware, "tuned"),
+                           names={s.key.shash: s.name})
+        t0 = time.time()
+        try:
+            res = gradient_search(s.mod, ctx.target, builder=ctx.builder, runner=ctx.runner,
+                                  max_trials=budgets[s.node], database=db, model=model, store_rows=rows,
+                                  seed=ctx.seed or 0, progress=_offset(ctx.progress, base, sum(budgets.values())),
+                                  task_name=s.name)
+        except RuntimeError as err:
+            reraise_store_error(db, err)
+            raise
+        base += res.trials
+        if stop_requested():  # this task's records are committed; a rerun resumes the rest
+            raise Interrupted(base)
+        latency = _best_latency(ctx, s.key)
+        ok = latency is not None and (res.valid > 0 or not ctx.fresh)
+        out[s.node] = TaskOutcome(s.node, s.name, s.key, "tuned" if ok else "fallback", res.trials,
+                                  time.time() - t0, note=f"{note} (gradient)" if ok else "no candidate built and ran",
+                                  latency_s=latency)
+    return out
 
 
 def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,

@@ -1,0 +1,275 @@
+"""Gradient search (issue 28): relaxed tiles, features, the cost model's file, the search.
+
+Tiny real workloads (a matmul, an NHWC conv): the features' loop extents agree with the loops TVM
+builds for the same decisions; rounding any point gives tiles that divide and replay unchanged; the
+features' Jacobian and the model's input gradient agree with finite differences; the model's
+weights round-trip through JSON and nothing else is read. Whether the search beats the
+evolutionary one is ``tools/bench_gradient.py``'s business.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from _models import te_conv, te_matmul
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tunecache.errors import ConfigError, InvalidRecordError
+from tunecache.search.gradient.model import CostModel
+from tunecache.search.gradient.space import N_FEATURES, prime_factors
+
+pytestmark = pytest.mark.tvm
+
+
+@pytest.fixture(scope="module")
+def tvm() -> Any:
+    from tunecache.tvm_layer import load_tvm
+
+    return load_tvm()
+
+
+@pytest.fixture(scope="module")
+def target(tvm: Any) -> Any:
+    from tunecache.tvm_layer.target import host_cpu_target
+
+    return host_cpu_target()
+
+
+@pytest.fixture(scope="module")
+def spaces(tvm: Any, target: Any) -> dict[str, Any]:
+    from tunecache.search.gradient import tiled_spaces
+
+    mods = {"matmul": te_matmul(tvm, 48, 96, 72), "conv": te_conv(tvm, (1, 14, 14, 16), 3, 32, pad=1, layout="NHWC")}
+    return {name: (mod, tiled_spaces(mod, target)) for name, mod in mods.items()}
+
+
+def test_prime_factors() -> None:
+    assert prime_factors(1) == {}
+    assert prime_factors(768) == {2: 8, 3: 1}
+    assert prime_factors(97) == {97: 1}
+
+
+def test_every_sketch_of_a_matmul_and_a_conv_is_a_tiled_space(spaces: dict[str, Any]) -> None:
+    for name, (_, found) in spaces.items():
+        assert found, name
+        for space in found:
+            assert space.structure == "SSRSRS"
+            assert sum(1 for ax in space.axes if ax.spatial) >= 2
+            assert any(not ax.spatial for ax in space.axes)
+            assert space.vec is not None and space.axes[space.vec].spatial
+
+
+def _loop_extents(mat: Any, space: Any, decisions: dict[int, Any]) -> list[int]:
+    """Extents of the main block's loops, outermost first, as TVM built them for ``decisions``."""
+    from tunecache.search.predict import _tile_groups
+
+    sch, applied = mat.replay(space.skeleton, decisions)
+    group = max(_tile_groups(space.skeleton.insts, applied, space.skeleton.sites),
+                key=lambda g: len(g.spatial) + len(g.reduction))
+    block = sch.get_sblock(group.block)
+    return [int(sch.get(loop).extent) for loop in sch.get_loops(block)]
+
+
+@pytest.mark.parametrize("name", ["matmul", "conv"])
+def test_features_agree_with_the_loops_tvm_builds(spaces: dict[str, Any], target: Any, name: str) -> None:
+    """For random decisions, each tiling position's extent feature is the product of the loops
+    TVM builds at that position, and the vector tile is the innermost loop's extent."""
+    from tunecache.search.narrow.align import Materializer
+
+    mod, found = spaces[name]
+    rng = np.random.default_rng(1)
+    for space in found:
+        mat = Materializer(mod, target, 0)
+        n_s = sum(1 for ax in space.axes if ax.spatial)
+        n_r = len(space.axes) - n_s
+        for _ in range(4):
+            d = dict(space.skeleton.decisions)
+            d.update(space.round(space.random_point(rng)))
+            extents = _loop_extents(mat, space, d)
+            assert len(extents) == 4 * n_s + 2 * n_r
+            feats = space.feature_values(d)
+            at = 0
+            for p, kind in enumerate(space.structure):
+                width = n_s if kind == "S" else n_r
+                assert math.exp(feats[1 + p]) == pytest.approx(math.prod(extents[at: at + width]), rel=1e-9)
+                at += width
+            vec_tile = int(d[space.axes[space.vec].site][-1])
+            assert math.exp(feats[1 + len(space.structure)]) == pytest.approx(vec_tile)
+            assert extents[len(extents) - n_s + space.vec] == vec_tile  # the innermost level, in axis order
+            assert feats[0] == pytest.approx(math.log(math.prod(ax.extent for ax in space.axes)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1), scale=st.floats(0.1, 6.0))
+def test_rounding_always_replays_unchanged(spaces: dict[str, Any], target: Any, seed: int, scale: float) -> None:
+    """Any point rounds to tiles that multiply to each extent, keep the innermost bound, come back
+    from their own point, and replay in TVM exactly as asked (no silent ``(1, n)`` fallback)."""
+    from tunecache.search.narrow.align import Materializer
+
+    rng = np.random.default_rng(seed)
+    for mod, found in spaces.values():
+        for space in found:
+            tiles = space.round(space.random_point(rng, scale=scale))
+            for ax in space.axes:
+                assert math.prod(tiles[ax.site]) == ax.extent
+                assert ax.max_innermost <= 0 or tiles[ax.site][-1] <= ax.max_innermost
+            assert space.round(space.point(tiles)) == tiles
+            d = dict(space.skeleton.decisions)
+            d.update(tiles)
+            _, applied = Materializer(mod, target, 0).replay(space.skeleton, d)
+            assert {s: [int(x) for x in applied[s]] for s in tiles} == tiles
+
+
+def test_feature_jacobian_and_chain_rule_match_finite_differences(spaces: dict[str, Any]) -> None:
+    _, found = spaces["conv"]
+    space = found[0]
+    rng = np.random.default_rng(3)
+    z = space.random_point(rng)
+    cat = space.categorical(space.skeleton.decisions)
+    logs, sigma = space.log_tiles(z)
+    feats, jac = space.features(logs, cat)
+    assert feats.shape == (N_FEATURES,) and jac.shape == (N_FEATURES, space.n_logs)
+    h = 1e-6
+    for i in range(space.n_logs):
+        step = np.zeros(space.n_logs)
+        step[i] = h
+        num = (space.features(logs + step, cat)[0] - space.features(logs - step, cat)[0]) / (2 * h)
+        np.testing.assert_allclose(num, jac[:, i], atol=1e-5)
+    # d(sum of features)/dz through the softmax relaxation.
+    g_logs = jac.sum(axis=0)
+    g = space.grad_z(sigma, g_logs)
+    for i in range(space.n_vars):
+        step = np.zeros(space.n_vars)
+        step[i] = h
+        f = [space.features(space.log_tiles(z + s)[0], cat)[0].sum() for s in (step, -step)]
+        assert (f[0] - f[1]) / (2 * h) == pytest.approx(g[i], abs=1e-5)
+
+
+def test_model_fits_and_its_input_gradient_is_exact() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, N_FEATURES))
+    y = np.tanh(x[:, 1]) + 0.3 * x[:, 2] ** 2
+    model = CostModel(0)
+    untrained = float(np.mean((model.predict(x) - y) ** 2))
+    assert model.fit(x, y, epochs=150) < 0.2 * untrained
+    x0 = x[5]
+    _, g = model.input_gradient(x0)
+    eye = np.eye(N_FEATURES) * 1e-5
+    num = [(model.predict(x0 + eye[i])[0] - model.predict(x0 - eye[i])[0]) / 2e-5 for i in range(N_FEATURES)]
+    np.testing.assert_allclose(num, g, atol=1e-6)
+
+
+def test_model_weights_round_trip_through_json_and_nothing_else_loads(tmp_path: Any) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, N_FEATURES))
+    model = CostModel(0, hardware="hw")
+    model.fit(x, x[:, 0], epochs=20)
+    path = tmp_path / "model.json"
+    model.save(path)
+    doc = json.loads(path.read_text())  # plain JSON: lists of floats, no pickle
+    assert doc["format"].startswith("tunecache-gradient-model/") and doc["hardware"] == "hw"
+    again = CostModel.load(path)
+    np.testing.assert_array_equal(again.predict(x), model.predict(x))
+    (tmp_path / "bad.json").write_text(json.dumps({**doc, "feature_version": -1}))
+    with pytest.raises(InvalidRecordError, match="train it again"):
+        CostModel.load(tmp_path / "bad.json")
+    (tmp_path / "pickle.bin").write_bytes(b"\x80\x04\x95")
+    with pytest.raises(InvalidRecordError, match="cannot read"):
+        CostModel.load(tmp_path / "pickle.bin")
+    (tmp_path / "short.json").write_text(json.dumps({**doc, "mean": [0.0]}))
+    with pytest.raises(InvalidRecordError, match="shapes"):
+        CostModel.load(tmp_path / "short.json")
+
+
+def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, target: Any) -> None:
+    from tunecache.search.gradient import gradient_search
+    from tunecache.tvm_layer import ms
+    from tunecache.tvm_layer.measure import make_builder, make_runner
+
+    mod = te_matmul(tvm, 32, 64, 48)
+    db = ms().database.MemoryDatabase()
+    builder, runner = make_builder(max_workers=1), make_runner()
+    try:
+        res = gradient_search(mod, target, builder=builder, runner=runner, max_trials=6, round_size=3,
+                              n_starts=2, steps=8, database=db, seed=0)
+    finally:
+        builder.close()
+        runner.pool.shutdown(wait=True)
+    assert res.trials == 6 and res.valid >= 1 and len(res.curve) == 6
+    assert res.rounds == 2 and res.cold_rounds == 1  # the first round had no trained model
+    assert list(res.curve) == sorted(res.curve, reverse=True)
+    assert res.best_latency_s == pytest.approx(res.curve[-1])
+    assert len(db.get_all_tuning_records()) == 6
+
+
+def test_search_refuses_a_task_without_a_tiled_sketch(tvm: Any, target: Any) -> None:
+    from tvm import te
+
+    from tunecache.search.gradient import gradient_search
+
+    x = te.placeholder((8, 16), name="x")
+    y = te.compute((8, 16), lambda i, j: x[i, j] * 2.0, name="y")
+    mod = tvm.IRModule({"main": te.create_prim_func([x, y])})
+    with pytest.raises(ConfigError, match="evolutionary"):
+        gradient_search(mod, target, builder=None, runner=None, max_trials=4)
+
+
+def test_compile_with_the_gradient_search_stores_records_a_second_compile_hits(tmp_path: Any) -> None:
+    """``search="gradient"`` tunes a tiny matmul model's tiled tasks with the gradient search (the
+    report says so), the others with the evolutionary one; outputs match; the next compile is all
+    hits with 0 trials."""
+    import tunecache
+    from _models import relax_matmul_relu
+
+    mod = relax_matmul_relu(16, 32, 48)
+    db = str(tmp_path / "g.db")
+    first = tunecache.compile(mod, store=db, trials_per_task=4, seed=0, progress=False, search="gradient",
+                              library_cache=False)
+    tuned = [t for t in first.report.tasks if t.outcome == "tuned"]
+    assert tuned and all("(gradient)" in t.note and 0 < t.trials <= 4 for t in tuned), first.report.tasks
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((16, 32), dtype=np.float32), rng.standard_normal((32, 48), dtype=np.float32)
+    np.testing.assert_allclose(first(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+    second = tunecache.compile(mod, store=db, trials_per_task=4, progress=False, library_cache=False)
+    assert second.report.trials == 0 and second.report.count("hit") == len(second.report.tasks)
+    np.testing.assert_allclose(second(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_search_choice_is_checked_from_python_and_the_cli(tmp_path: Any, capfd: Any) -> None:
+    import tunecache
+    from _models import relax_matmul_relu
+    from tunecache.cli import main
+
+    with pytest.raises(ConfigError, match="evolutionary, gradient"):
+        tunecache.compile(relax_matmul_relu(4, 4, 4), store="memory", search="gradiant", progress=False)
+    with pytest.raises(ConfigError, match="Ray executor"):
+        tunecache.warm(["small_cnn"], store="memory", search="gradient", executor="ray", progress=False)
+    assert main(["compile", "small_cnn", "--db", "memory", "--search", "gradiant"]) == 2
+    assert "--search: invalid choice: 'gradiant'" in capfd.readouterr().err
+
+
+def test_cli_warm_with_the_gradient_search(tmp_path: Any) -> None:
+    """``tunecache warm --search gradient`` on a tiny MLP: its dense tasks are tuned by the
+    gradient search and land in the store; a compile then hits them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    spec = f"{Path(__file__).parent / '_warm_models.py'}:model_a"
+    db = tmp_path / "w.db"
+    proc = subprocess.run([sys.executable, "-m", "tunecache.cli", "warm", spec, "--db", str(db), "--budget", "4",
+                           "--search", "gradient", "--seed", "0", "--json", "--quiet"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads(proc.stdout)
+    notes = [s["note"] for s in rep["steps"] if s["outcome"] == "tuned"]
+    assert notes and any("(gradient)" in n for n in notes), rep["steps"]
+    again = subprocess.run([sys.executable, "-m", "tunecache.cli", "compile", spec, "--db", str(db), "--json",
+                            "--quiet", "--tune", "never"], capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["trials"] == 0

@@ -1,0 +1,295 @@
+"""Gradient search against MetaSchedule's evolutionary search on tasks with nothing to reuse (issue 28).
+
+    python tools/bench_gradient.py --workload matmul:512,512,512 --workload conv2d:1,56,56,64,64,3,3,1,1 \
+        --budget 256 --seeds 3 --json out.json [--plot out.png]
+
+Workloads: ``matmul:M,N,K``, ``bmm:B,M,N,K`` and ``conv2d:N,H,W,CI,CO,KH,KW,STRIDE,PAD`` (NHWC data,
+HWIO weights: how tunecache lays convolutions out on CPU). For every workload and seed, with the
+same builder and runner:
+
+* ``evolutionary``: tunecache's full search (MetaSchedule's evolutionary search, XGBoost cost
+  model), not seeded with the predicted program, no early stopping;
+* ``gradient``: :func:`tunecache.search.gradient.gradient_search` from an empty store (a fresh
+  cost model: its first round measures random points);
+* ``gradient_warm``: the same, its cost model first trained on the evolutionary search's records
+  of the *other* workloads of this run and seed (a store warmed by other workloads); its first
+  trial is the model's top prediction, measured (the zero-measurement pick), reported beside the
+  zero-measurement rung's program (``tunecache.search.predict``, measured once here).
+
+Reported per workload (medians over seeds): trials and wall seconds (model training included)
+each search needed to come within 1/0.9 of the best latency any arm found for that seed
+(``trials_to_90``, ``seconds_to_90``; budget + 1 where never), each arm's final best
+(``best_ms``), the warm arm's first-round best against its final best, and every curve. Latencies
+are the searches' own measurements. Prints JSON; ``--plot`` draws best latency against trials
+(median and range over seeds) per workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+#: Within this fraction of the best latency found counts as reached (Felix's "90% of the best").
+WITHIN = 0.9
+ARMS = ("evolutionary", "gradient", "gradient_warm")
+
+
+def workload(spec: str) -> Any:
+    """The TIR module of ``KIND:DIMS``; ``SystemExit`` with the accepted forms otherwise."""
+    from tunecache.tvm_layer import load_tvm
+
+    tvm = load_tvm("llvm")
+    from tvm import te, topi
+
+    kind, _, dims_text = spec.partition(":")
+    try:
+        dims = [int(x) for x in dims_text.split(",") if x]
+    except ValueError:
+        dims = []
+    forms = {"matmul": 3, "bmm": 4, "conv2d": 9}
+    if kind not in forms or len(dims) != forms[kind] or min(dims, default=0) < 0:
+        raise SystemExit(f"bad --workload {spec!r}: use matmul:M,N,K, bmm:B,M,N,K or "
+                         "conv2d:N,H,W,CI,CO,KH,KW,STRIDE,PAD (positive integers)")
+    if kind == "matmul":
+        m, n, k = dims
+        a, b = te.placeholder((m, k), name="a"), te.placeholder((k, n), name="b")
+        r = te.reduce_axis((0, k), name="r")
+        c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="c")
+        return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    if kind == "bmm":
+        bs, m, n, k = dims
+        a, b = te.placeholder((bs, m, k), name="a"), te.placeholder((bs, k, n), name="b")
+        r = te.reduce_axis((0, k), name="r")
+        c = te.compute((bs, m, n), lambda z, i, j: te.sum(a[z, i, r] * b[z, r, j], axis=r), name="c")
+        return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    n, h, w, ci, co, kh, kw, stride, pad = dims
+    x = te.placeholder((n, h, w, ci), name="x")
+    wt = te.placeholder((kh, kw, ci, co), name="w")
+    y = topi.nn.conv2d_nhwc(x, wt, stride, pad, 1)
+    return tvm.IRModule({"main": te.create_prim_func([x, wt, y])})
+
+
+def evolutionary(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner: Any) -> dict[str, Any]:
+    """One full search: best-so-far curve, wall seconds at each trial, the records' traces and latencies."""
+    from tunecache.search.full import FullSearchTask, tune_tasks
+    from tunecache.tvm_layer import ms
+
+    db = ms().database.MemoryDatabase()
+    events: list[tuple[int, float]] = []
+    with tempfile.TemporaryDirectory() as work:
+        tune_tasks([FullSearchTask("task", mod)], target, db, trials_per_task=budget, max_trials_global=budget,
+                   early_stopping=None, seed=seed, work_dir=work, builder=builder, runner=runner,
+                   seed_predicted=False, progress=lambda p: events.append((p.total_trials, p.elapsed_s)))
+    curve, rows, best = [], [], math.inf
+    for rec in db.get_all_tuning_records():
+        secs = [float(x) for x in (rec.run_secs or [])]
+        if secs and max(secs) < 1e9:
+            lat = statistics.median(secs)
+            best = min(best, lat)
+            rows.append((rec.trace.as_json(), lat))
+        curve.append(best)
+    return {"curve": curve, "seconds": _seconds_per_trial(events, len(curve)), "rows": rows}
+
+
+def _seconds_per_trial(events: list[tuple[int, float]], n: int) -> list[float]:
+    """Wall seconds after each trial: the end of the round that measured it."""
+    out: list[float] = []
+    for trials, elapsed in sorted(events):
+        while len(out) < min(trials, n):
+            out.append(elapsed)
+    last = out[-1] if out else 0.0
+    return out + [last] * (n - len(out))
+
+
+def training_rows(mod_rows: list[tuple[Any, list[tuple[Any, float]]]], target: Any) -> tuple[Any, Any]:
+    """Features and targets of measured traces of other workloads (a warm store's rows)."""
+    import numpy as np
+
+    from tunecache.search.gradient.space import tiled_space
+    from tunecache.search.narrow.align import Skeleton
+
+    xs, ys = [], []
+    for mod, rows in mod_rows:
+        for trace, lat in rows:
+            try:
+                sk = Skeleton(0, trace)
+            except Exception:  # noqa: BLE001 - a trace we cannot read is skipped
+                continue
+            space = tiled_space(sk, mod)
+            if space is None:
+                continue
+            xs.append(space.feature_values(sk.decisions))
+            ys.append(math.log(lat) - space.work)
+    return np.array(xs), np.array(ys)
+
+
+def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner: Any,
+             rows: tuple[Any, Any] | None) -> dict[str, Any]:
+    """One gradient search; with ``rows``, its model pretrained on them first."""
+    from tunecache.search.gradient import CostModel, gradient_search
+
+    model = None
+    t0 = time.perf_counter()
+    if rows is not None and len(rows[0]):
+        model = CostModel(seed)
+        model.fit(rows[0], rows[1], epochs=150, seed=seed)
+    pretrain_s = time.perf_counter() - t0
+    events: list[tuple[int, float]] = []
+    res = gradient_search(mod, target, builder=builder, runner=runner, max_trials=budget, model=model,
+                          store_rows=rows, seed=seed, progress=lambda p: events.append((p.total_trials, p.elapsed_s)))
+    secs = [s + pretrain_s for s in _seconds_per_trial(events, len(res.curve))]
+    return {"curve": list(res.curve), "seconds": secs, "rounds": res.rounds, "cold_rounds": res.cold_rounds,
+            "failed_replay": res.failed_replay, "model_seconds": round(res.model_seconds + pretrain_s, 2)}
+
+
+def predicted_ms(mod: Any, target: Any, builder: Any, runner: Any) -> float | None:
+    """The zero-measurement rung's program for ``mod``, measured once (ms)."""
+    from tunecache.search.predict import predict_program
+    from tunecache.tvm_layer.measure import measure_mods
+
+    pred = predict_program(mod, target)
+    if isinstance(pred, str):
+        return None
+    res = measure_mods([pred.sch.mod], target, builder=builder, runner=runner)
+    return round(statistics.median(res[0].run_secs) * 1e3, 4) if res and res[0].ok else None
+
+
+def reached(curve: list[float], goal: float) -> int | None:
+    """Trials (1-based) after which ``curve`` is at most ``goal``."""
+    return next((i + 1 for i, v in enumerate(curve) if v <= goal), None)
+
+
+def plot(out: dict[str, Any], path: str) -> None:
+    """Best latency against trials, median and range over seeds, one panel per workload."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = list(out["workloads"])
+    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=False):
+        for arm, curves in out["workloads"][name]["curves_ms"].items():
+            n = min(len(c) for c in curves)
+            if n == 0:
+                continue
+            arr = np.array([c[:n] for c in curves])
+            x = np.arange(1, n + 1)
+            ax.plot(x, np.median(arr, axis=0), label=arm)
+            ax.fill_between(x, arr.min(axis=0), arr.max(axis=0), alpha=0.2)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best latency (ms)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"gradient vs evolutionary search, {out['cpu']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", action="append", required=True, help="KIND:DIMS (repeatable)")
+    ap.add_argument("--budget", type=int, default=256, help="trials of each search")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--plot", default="")
+    args = ap.parse_args()
+    arms = [a for a in args.arms.split(",") if a]
+    if not arms or set(arms) - set(ARMS):
+        ap.error(f"--arms: choose from {','.join(ARMS)}")
+    if args.budget < 1 or args.seeds < 1:
+        ap.error("--budget and --seeds must be >= 1")
+
+    from tunecache.tvm_layer import load_tvm
+    from tunecache.tvm_layer.measure import make_builder, make_runner
+    from tunecache.tvm_layer.target import host_fingerprint, resolve_target
+
+    load_tvm("llvm")
+    target = resolve_target(None)
+    mods = {spec: workload(spec) for spec in args.workload}
+    out: dict[str, Any] = {"cpu": host_fingerprint().cpu_model or "unknown", "target": str(target),
+                           "budget": args.budget, "seeds": args.seeds, "within": WITHIN,
+                           "load_before": os.getloadavg(), "workloads": {}}
+    builder, runner = make_builder(), make_runner()
+    t0 = time.time()
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {s: {a: [] for a in arms} for s in mods}
+    try:
+        for seed in range(args.seeds):
+            evo: dict[str, dict[str, Any]] = {}
+            if "evolutionary" in arms or "gradient_warm" in arms:
+                for spec, mod in mods.items():
+                    evo[spec] = evolutionary(mod, target, args.budget, seed, builder, runner)
+                    if "evolutionary" in arms:
+                        runs[spec]["evolutionary"].append(evo[spec])
+                    print(f"{spec} seed {seed} evolutionary: {evo[spec]['curve'][-1] * 1e3:.4f} ms", file=sys.stderr)
+            for spec, mod in mods.items():
+                if "gradient" in arms:
+                    runs[spec]["gradient"].append(gradient(mod, target, args.budget, seed, builder, runner, None))
+                    print(f"{spec} seed {seed} gradient: {runs[spec]['gradient'][-1]['curve'][-1] * 1e3:.4f} ms",
+                          file=sys.stderr)
+                if "gradient_warm" in arms:
+                    others = [(mods[s], evo[s]["rows"]) for s in mods if s != spec]
+                    rows = training_rows(others, target) if others else None
+                    r = gradient(mod, target, args.budget, seed, builder, runner, rows)
+                    r["store_rows"] = 0 if rows is None else len(rows[0])
+                    runs[spec]["gradient_warm"].append(r)
+                    print(f"{spec} seed {seed} gradient_warm ({r['store_rows']} rows): {r['curve'][-1] * 1e3:.4f} ms",
+                          file=sys.stderr)
+        for spec, mod in mods.items():
+            per = runs[spec]
+            to90: dict[str, list[int]] = {a: [] for a in arms}
+            s90: dict[str, list[float]] = {a: [] for a in arms}
+            for i in range(args.seeds):
+                best = min(per[a][i]["curve"][-1] for a in arms if per[a][i]["curve"])
+                for a in arms:
+                    k = reached(per[a][i]["curve"], best / WITHIN)
+                    to90[a].append(k if k is not None else args.budget + 1)
+                    s90[a].append(per[a][i]["seconds"][k - 1] if k is not None else math.inf)
+            entry: dict[str, Any] = {
+                "trials_to_90": {a: statistics.median(v) for a, v in to90.items()},
+                "seconds_to_90": {a: statistics.median(v) for a, v in s90.items()},
+                "best_ms": {a: statistics.median(r["curve"][-1] * 1e3 for r in per[a]) for a in arms},
+                "trials_to_90_per_seed": to90,
+                "curves_ms": {a: [[round(v * 1e3, 5) for v in r["curve"]] for r in per[a]] for a in arms},
+                "predicted_program_ms": predicted_ms(mod, target, builder, runner),
+            }
+            if "gradient_warm" in arms:
+                warm = per["gradient_warm"]
+                entry["warm_first_trial_ms"] = statistics.median(r["curve"][0] * 1e3 for r in warm)
+                entry["warm_first_round_over_final"] = statistics.median(
+                    r["curve"][min(15, len(r["curve"]) - 1)] / r["curve"][-1] for r in warm)
+            for a in arms:
+                if a != "evolutionary":
+                    entry.setdefault("search_details", {})[a] = [
+                        {k: r[k] for k in ("rounds", "cold_rounds", "failed_replay", "model_seconds", "store_rows")
+                         if k in r} for r in per[a]]
+            out["workloads"][spec] = entry
+    finally:
+        builder.close()
+        runner.pool.shutdown(wait=True)
+    out["seconds"] = round(time.time() - t0, 1)
+    out["load_after"] = os.getloadavg()
+    text = json.dumps(out, indent=1, default=lambda v: None)
+    print(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    if args.plot:
+        plot(out, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""Gradient search (Felix, ASPLOS'24) on MetaSchedule's CPU sketches: descend, round, measure.
+
+One round:
+
+1. **Starts**: for every multi-level tiling sketch of the task (:func:`tiled_spaces`), random
+   points, the best measured programs so far, and the decisions of stored neighbours given as
+   ``starts``; each start keeps its own categorical choices (unroll bound, compute locations),
+   which the descent does not change.
+2. **Descent**: Adam on the relaxed exponents (:class:`~tunecache.search.gradient.space.TiledSpace`)
+   to lower the cost model's predicted ``log(seconds / work)``, with a penalty on innermost
+   tiles past the sketch's bound; every few steps the point is rounded to tiles that divide.
+3. **Selection**: the rounded points are de-duplicated, ranked by the model, replayed and
+   postprocessed (a candidate TVM rejects is counted and skipped), and the ``round_size`` best
+   are built and measured, like any other search's candidates (and committed to ``database``).
+4. **Refinement**: the model is fitted again on the store's rows and the task's measurements
+   (the task's weighted up).
+
+Without a trained model (an empty store, the first round), the round measures random points of
+the space: the cold start the issue names. A candidate that fails is data, never raised.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tunecache.errors import ConfigError
+from tunecache.search.gradient.model import CostModel
+from tunecache.search.gradient.space import TiledSpace, tiled_spaces
+
+__all__ = ["GradientResult", "gradient_search"]
+
+#: Weight of the task's own measurements against a store row when the model is refined.
+OWN_WEIGHT = 8.0
+
+
+@dataclass(frozen=True)
+class GradientResult:
+    """What one :func:`gradient_search` did.
+
+    Attributes
+    ----------
+    best_latency_s
+        The best measured latency (``None`` if nothing ran).
+    best_trace
+        The best program's trace JSON (``None`` if nothing ran).
+    trials
+        Candidates measured.
+    valid
+        Of those, how many built and ran.
+    curve
+        The best latency after each trial (``inf`` until one ran).
+    rounds
+        Rounds run; ``cold_rounds`` of them measured random points (no trained model).
+    cold_rounds
+        See ``rounds``.
+    proposed
+        Distinct rounded points the descents produced, over all rounds.
+    failed_replay
+        Rounded points TVM did not replay or postprocess.
+    model_seconds
+        Seconds spent fitting the model and descending (not building or measuring).
+    elapsed_s
+        Wall seconds of the whole search.
+    """
+
+    best_latency_s: float | None
+    best_trace: Any
+    trials: int
+    valid: int
+    curve: tuple[float, ...] = field(default_factory=tuple)
+    rounds: int = 0
+    cold_rounds: int = 0
+    proposed: int = 0
+    failed_replay: int = 0
+    model_seconds: float = 0.0
+    elapsed_s: float = 0.0
+
+
+def _descend(space: TiledSpace, model: CostModel, z0: np.ndarray, categorical: np.ndarray, *, steps: int,
+             lr: float, every: int) -> list[dict[int, list[int]]]:
+    """Adam from ``z0``; the rounded tiles every ``every`` steps (and at the end)."""
+    z = z0.copy()
+    m = np.zeros_like(z)
+    v = np.zeros_like(z)
+    bounds = [(space.offsets[a] + ax.levels - 1, math.log(ax.max_innermost))
+              for a, ax in enumerate(space.axes) if ax.max_innermost > 0]
+    out = []
+    for t in range(1, steps + 1):
+        logs, sigma = space.log_tiles(z)
+        feats, jac = space.features(logs, categorical)
+        _, g_feat = model.input_gradient(feats)
+        g_logs = g_feat @ jac
+        for at, cap in bounds:  # innermost factor bound: a quadratic penalty past it
+            if logs[at] > cap:
+                g_logs[at] += 2.0 * (logs[at] - cap)
+        g = space.grad_z(sigma, g_logs)
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        z -= lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+        if t % every == 0 or t == steps:
+            out.append(space.round(z))
+    return out
+
+
+def _categorical_choices(space: TiledSpace) -> list[tuple[int, int]]:
+    """``(site, number of choices)`` of the sketch's categorical sites (unroll bounds)."""
+    return [(i, s.n) for i, s in space.skeleton.sites.items() if s.kind == "categorical"]
+
+
+def gradient_search(
+    mod: Any,
+    target: Any,
+    *,
+    builder: Any,
+    runner: Any,
+    max_trials: int,
+    database: Any = None,
+    model: CostModel | None = None,
+    store_rows: tuple[np.ndarray, np.ndarray] | None = None,
+    starts: list[dict[int, Any]] | None = None,
+    round_size: int = 16,
+    n_starts: int = 8,
+    steps: int = 40,
+    lr: float = 0.15,
+    seed: int = 0,
+    progress: Any = None,
+    task_name: str = "gradient",
+) -> GradientResult:
+    """Tune one task by gradient descent on a differentiable cost model.
+
+    Parameters
+    ----------
+    mod
+        The task's TIR ``IRModule``.
+    target
+        A ``tvm.target.Target`` (CPU: the sketches must be multi-level tilings).
+    builder, runner
+        MetaSchedule builder and runner (:func:`~tunecache.tvm_layer.measure.make_builder`).
+    max_trials
+        Candidates to measure at most.
+    database
+        A MetaSchedule database every measured candidate is committed to, or ``None``.
+    model
+        The cost model to start from (e.g. trained on the store); a fresh one if ``None``.
+    store_rows
+        ``(features, targets)`` of the store's records for refitting beside the task's own.
+    starts
+        Decisions of stored neighbours to descend from (sites of this task's sketches).
+    round_size
+        Candidates measured a round (Felix: 16).
+    n_starts, steps, lr
+        Random starts per sketch and round, Adam steps and step size of each descent.
+    seed
+        Seeds starts, categorical choices and replays.
+    progress
+        Called with a ``SearchProgress`` after each round, or ``None``.
+    task_name
+        Names the task in progress events.
+
+    Returns
+    -------
+    GradientResult
+        The best program and how the search got there.
+
+    Raises
+    ------
+    ConfigError
+        If ``max_trials`` or ``round_size`` is below 1, or the task has no multi-level tiling
+        sketch (nothing to descend on: use the evolutionary search).
+    """
+    from tunecache.search.narrow.search import NarrowedSearch
+
+    if max_trials < 1 or round_size < 1:
+        raise ConfigError(f"max_trials and round_size must be >= 1 (got {max_trials}, {round_size})")
+    spaces = tiled_spaces(mod, target)
+    if not spaces:
+        raise ConfigError("the task has no multi-level tiling sketch for the gradient search to descend on "
+                          "(an elementwise or injective task): tune it with search='evolutionary'")
+    t0 = time.perf_counter()
+    state = NarrowedSearch(mod, target, builder, runner, database, seed, progress, max_trials, task_name)
+    rng = np.random.default_rng(seed)
+    pyrng = random.Random(seed)
+    model = model if model is not None else CostModel(seed)
+    trained = model.trained_on > 0
+    own_x: list[np.ndarray] = []
+    own_y: list[float] = []
+    curve: list[float] = []
+    rounds = cold = proposed = 0
+    model_s = 0.0
+    by_space: dict[int, list[tuple[float, dict[int, Any]]]] = {}  # measured (latency, decisions)
+    extra_starts = list(starts or [])
+    from tunecache.interrupt import stop_requested
+
+    while state.trials < max_trials and not stop_requested():  # Ctrl-C: after the round in flight
+        rounds += 1
+        t_model = time.perf_counter()
+        pool: list[tuple[float, int, dict[int, Any]]] = []  # (prediction, space, decisions)
+        seen_round: set[str] = set()
+        for si, space in enumerate(spaces):
+            base = dict(space.skeleton.decisions)
+            cats = _categorical_choices(space)
+            begin: list[dict[int, Any]] = []
+            best_own = sorted(by_space.get(si, []), key=lambda t: t[0])[:2]
+            begin += [d for _, d in best_own]
+            if rounds == 1:
+                begin.append(base)
+                for start in extra_starts:
+                    d0 = dict(base)
+                    d0.update({k: v for k, v in start.items() if k in space.skeleton.sites})
+                    begin.append(d0)
+            for _ in range(n_starts):
+                d = dict(base)
+                d.update(space.round(space.random_point(rng)))
+                for site, n in cats:
+                    d[site] = pyrng.randrange(n)
+                begin.append(d)
+            for d in begin:
+                if not all(ax.site in d for ax in space.axes):
+                    continue
+                points = [space.round(space.point(d))]
+                if trained:
+                    points += _descend(space, model, space.point(d), space.categorical(d), steps=steps, lr=lr,
+                                       every=max(1, steps // 4))
+                for tiles in points:
+                    full = dict(d)
+                    full.update(tiles)
+                    key = f"{si}|{sorted((k, str(v)) for k, v in full.items())}"
+                    if key in seen_round:
+                        continue
+                    seen_round.add(key)
+                    pred = float(model.predict(space.feature_values(full))[0]) if trained else pyrng.random()
+                    pool.append((pred, si, full))
+        proposed += len(pool)
+        pool.sort(key=lambda t: t[0])
+        model_s += time.perf_counter() - t_model
+        want = min(round_size, max_trials - state.trials)
+        chosen: list[tuple[int, dict[int, Any], Any]] = []
+        for _, si, full in pool:
+            if len(chosen) >= want:
+                break
+            cand = state.materialize_new(spaces[si].skeleton, full)
+            if cand is not None:
+                chosen.append((si, full, cand))
+        if not chosen:
+            break  # the space is exhausted (every rounded point seen)
+        if not trained:
+            cold += 1
+        state.measure([c for _, _, c in chosen])
+        for si, full, cand in chosen:
+            if cand.latency_s is not None:
+                space = spaces[si]
+                by_space.setdefault(si, []).append((cand.latency_s, full))
+                own_x.append(space.feature_values(full))
+                own_y.append(math.log(cand.latency_s) - space.work)
+        for _, _, cand in chosen:  # best so far after each trial, in measurement order
+            best = min(curve[-1] if curve else math.inf, cand.latency_s if cand.latency_s is not None else math.inf)
+            curve.append(best)
+        if own_x:  # refit on the store's rows and the task's own
+            t_model = time.perf_counter()
+            xs, ys, ws = np.array(own_x), np.array(own_y), np.full(len(own_x), OWN_WEIGHT)
+            if store_rows is not None and len(store_rows[0]):
+                xs = np.vstack([store_rows[0], xs])
+                ys = np.concatenate([store_rows[1], ys])
+                ws = np.concatenate([np.ones(len(store_rows[0])), ws])
+            model.fit(xs, ys, weights=ws, epochs=60 if trained else 200, rescale=not trained, seed=rounds)
+            trained = True
+            model_s += time.perf_counter() - t_model
+    best_cand = state.best
+    return GradientResult(
+        best_latency_s=None if best_cand is None else best_cand.latency_s,
+        best_trace=None if best_cand is None else best_cand.sch.trace.as_json(),
+        trials=state.trials,
+        valid=state.valid,
+        curve=tuple(curve),
+        rounds=rounds,
+        cold_rounds=cold,
+        proposed=proposed,
+        failed_replay=state.mat.failed_replay + state.mat.failed_postproc,
+        model_seconds=model_s,
+        elapsed_s=time.perf_counter() - t0,
+    )
+
