@@ -223,8 +223,9 @@ def test_compile_with_the_gradient_search_stores_records_a_second_compile_hits(t
     """``search="gradient"`` tunes a tiny matmul model's tiled tasks with the gradient search (the
     report says so), the others with the evolutionary one; outputs match; the next compile is all
     hits with 0 trials."""
-    import tunecache
     from _models import relax_matmul_relu
+
+    import tunecache
 
     mod = relax_matmul_relu(16, 32, 48)
     db = str(tmp_path / "g.db")
@@ -235,14 +236,27 @@ def test_compile_with_the_gradient_search_stores_records_a_second_compile_hits(t
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((16, 32), dtype=np.float32), rng.standard_normal((32, 48), dtype=np.float32)
     np.testing.assert_allclose(first(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+    # What the gradient search stored trains the next one: a row per valid record of the tiled task.
+    from tunecache.search.gradient.training import start_model, store_rows
+    from tunecache.store import open_store
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    st = open_store(db)
+    hw = hardware_key(resolve_target(None))
+    x_rows, y_rows = store_rows(st, hw)
+    assert x_rows.shape[1] == N_FEATURES and 0 < len(x_rows) <= sum(t.trials for t in tuned)
+    assert np.all(np.isfinite(x_rows)) and np.all(np.isfinite(y_rows))
+    model, rows = start_model(st, hw)
+    assert len(rows[0]) == len(x_rows) and np.all(np.isfinite(model.predict(x_rows)))
     second = tunecache.compile(mod, store=db, trials_per_task=4, progress=False, library_cache=False)
     assert second.report.trials == 0 and second.report.count("hit") == len(second.report.tasks)
     np.testing.assert_allclose(second(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
 
 
 def test_search_choice_is_checked_from_python_and_the_cli(tmp_path: Any, capfd: Any) -> None:
-    import tunecache
     from _models import relax_matmul_relu
+
+    import tunecache
     from tunecache.cli import main
 
     with pytest.raises(ConfigError, match="evolutionary, gradient"):

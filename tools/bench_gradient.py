@@ -9,12 +9,16 @@ same builder and runner:
 
 * ``evolutionary``: tunecache's full search (MetaSchedule's evolutionary search, XGBoost cost
   model), not seeded with the predicted program, no early stopping;
-* ``gradient``: :func:`tunecache.search.gradient.gradient_search` from an empty store (a fresh
-  cost model: its first round measures random points);
-* ``gradient_warm``: the same, its cost model first trained on the evolutionary search's records
-  of the *other* workloads of this run and seed (a store warmed by other workloads); its first
-  trial is the model's top prediction, measured (the zero-measurement pick), reported beside the
-  zero-measurement rung's program (``tunecache.search.predict``, measured once here).
+* ``gradient``: :func:`tunecache.search.gradient.gradient_search` as ``compile(search="gradient")``
+  runs it on an empty store: from the cost model that ships with the package;
+* ``gradient_warm``: the same, the shipped model first refitted on the evolutionary search's
+  records of the *other* workloads of this run and seed (a store warmed by other workloads);
+* ``gradient_cold`` (only when named in ``--arms``): a fresh, untrained model (its first round
+  measures random points).
+
+The first trial of ``gradient`` and ``gradient_warm`` is the model's top prediction, measured (the
+zero-measurement pick); it is reported beside the zero-measurement rung's program
+(``tunecache.search.predict``, measured once here).
 
 Reported per workload (medians over seeds): trials and wall seconds (model training included)
 each search needed to come within 1/0.9 of the best latency any arm found for that seed
@@ -40,7 +44,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 #: Within this fraction of the best latency found counts as reached (Felix's "90% of the best").
 WITHIN = 0.9
-ARMS = ("evolutionary", "gradient", "gradient_warm")
+ARMS = ("evolutionary", "gradient", "gradient_warm", "gradient_cold")
+DEFAULT_ARMS = ("evolutionary", "gradient", "gradient_warm")
 
 
 def workload(spec: str) -> Any:
@@ -133,15 +138,17 @@ def training_rows(mod_rows: list[tuple[Any, list[tuple[Any, float]]]], target: A
 
 
 def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner: Any,
-             rows: tuple[Any, Any] | None) -> dict[str, Any]:
-    """One gradient search; with ``rows``, its model pretrained on them first."""
+             rows: tuple[Any, Any] | None, shipped: bool = True) -> dict[str, Any]:
+    """One gradient search from the shipped model (or a fresh one); with ``rows``, the model is
+    refitted on them first, as :func:`tunecache.search.gradient.training.start_model` does."""
     from tunecache.search.gradient import CostModel, gradient_search
+    from tunecache.search.gradient.training import shipped_model
 
-    model = None
     t0 = time.perf_counter()
+    model = (shipped_model() if shipped else None) or CostModel(seed)
     if rows is not None and len(rows[0]):
-        model = CostModel(seed)
-        model.fit(rows[0], rows[1], epochs=150, seed=seed)
+        model.fit(rows[0], rows[1], epochs=60 if model.trained_on else 200, rescale=not model.trained_on,
+                  seed=seed)
     pretrain_s = time.perf_counter() - t0
     events: list[tuple[int, float]] = []
     res = gradient_search(mod, target, builder=builder, runner=runner, max_trials=budget, model=model,
@@ -202,7 +209,7 @@ def main() -> int:
     ap.add_argument("--workload", action="append", required=True, help="KIND:DIMS (repeatable)")
     ap.add_argument("--budget", type=int, default=256, help="trials of each search")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
+    ap.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
     ap.add_argument("--json", default="")
     ap.add_argument("--plot", default="")
     args = ap.parse_args()
@@ -235,10 +242,12 @@ def main() -> int:
                         runs[spec]["evolutionary"].append(evo[spec])
                     print(f"{spec} seed {seed} evolutionary: {evo[spec]['curve'][-1] * 1e3:.4f} ms", file=sys.stderr)
             for spec, mod in mods.items():
-                if "gradient" in arms:
-                    runs[spec]["gradient"].append(gradient(mod, target, args.budget, seed, builder, runner, None))
-                    print(f"{spec} seed {seed} gradient: {runs[spec]['gradient'][-1]['curve'][-1] * 1e3:.4f} ms",
-                          file=sys.stderr)
+                for arm in ("gradient", "gradient_cold"):
+                    if arm in arms:
+                        runs[spec][arm].append(gradient(mod, target, args.budget, seed, builder, runner, None,
+                                                        shipped=arm == "gradient"))
+                        print(f"{spec} seed {seed} {arm}: {runs[spec][arm][-1]['curve'][-1] * 1e3:.4f} ms",
+                              file=sys.stderr)
                 if "gradient_warm" in arms:
                     others = [(mods[s], evo[s]["rows"]) for s in mods if s != spec]
                     rows = training_rows(others, target) if others else None
@@ -265,11 +274,11 @@ def main() -> int:
                 "curves_ms": {a: [[round(v * 1e3, 5) for v in r["curve"]] for r in per[a]] for a in arms},
                 "predicted_program_ms": predicted_ms(mod, target, builder, runner),
             }
-            if "gradient_warm" in arms:
-                warm = per["gradient_warm"]
-                entry["warm_first_trial_ms"] = statistics.median(r["curve"][0] * 1e3 for r in warm)
-                entry["warm_first_round_over_final"] = statistics.median(
-                    r["curve"][min(15, len(r["curve"]) - 1)] / r["curve"][-1] for r in warm)
+            for arm in ("gradient", "gradient_warm"):
+                if arm in arms:  # the top prediction (first trial) and the first round's best (16 trials)
+                    entry[f"{arm}_first_trial_ms"] = statistics.median(r["curve"][0] * 1e3 for r in per[arm])
+                    entry[f"{arm}_first_round_over_final"] = statistics.median(
+                        r["curve"][min(15, len(r["curve"]) - 1)] / r["curve"][-1] for r in per[arm])
             for a in arms:
                 if a != "evolutionary":
                     entry.setdefault("search_details", {})[a] = [

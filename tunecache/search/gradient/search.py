@@ -5,7 +5,9 @@ One round:
 1. **Starts**: for every multi-level tiling sketch of the task (:func:`tiled_spaces`), random
    points, the best measured programs so far, and the decisions of stored neighbours given as
    ``starts``; each start keeps its own categorical choices (unroll bound, compute locations),
-   which the descent does not change.
+   which the descent does not change. The best measured programs' one-move neighbours (the
+   narrowed search's moves: a tile factor between levels, the unroll bound, a compute location)
+   join the ranking as they are.
 2. **Descent**: Adam on the relaxed exponents (:class:`~tunecache.search.gradient.space.TiledSpace`)
    to lower the cost model's predicted ``log(seconds / work)``, with a penalty on innermost
    tiles past the sketch's bound; every few steps the point is rounded to tiles that divide.
@@ -32,11 +34,14 @@ import numpy as np
 from tunecache.errors import ConfigError
 from tunecache.search.gradient.model import CostModel
 from tunecache.search.gradient.space import TiledSpace, tiled_spaces
+from tunecache.search.narrow.moves import PHASES, neighbour_decisions
 
 __all__ = ["GradientResult", "gradient_search"]
 
 #: Weight of the task's own measurements against a store row when the model is refined.
 OWN_WEIGHT = 8.0
+#: The best measured programs of each sketch whose one-move neighbours join a round's ranking.
+LOCAL_FROM = 2
 
 
 @dataclass(frozen=True)
@@ -206,7 +211,7 @@ def gradient_search(
             base = dict(space.skeleton.decisions)
             cats = _categorical_choices(space)
             begin: list[dict[int, Any]] = []
-            best_own = sorted(by_space.get(si, []), key=lambda t: t[0])[:2]
+            best_own = sorted(by_space.get(si, []), key=lambda t: t[0])[:max(2, LOCAL_FROM)]
             begin += [d for _, d in best_own]
             if rounds == 1:
                 begin.append(base)
@@ -220,6 +225,15 @@ def gradient_search(
                 for site, n in cats:
                     d[site] = pyrng.randrange(n)
                 begin.append(d)
+            # One move around the best measured programs (a tile factor between levels, the
+            # unroll bound, a compute location): the descent keeps categorical choices fixed.
+            local = [nd for _, d in best_own[:LOCAL_FROM] for phase in PHASES
+                     for nd in neighbour_decisions(space.skeleton, d, phase)] if trained else []
+            for d in local:
+                key = f"{si}|{sorted((k, str(v)) for k, v in d.items())}"
+                if key not in seen_round:
+                    seen_round.add(key)
+                    pool.append((float(model.predict(space.feature_values(d))[0]), si, d))
             for d in begin:
                 if not all(ax.site in d for ax in space.axes):
                     continue

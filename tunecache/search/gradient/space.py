@@ -334,9 +334,13 @@ def _write_kind(insts: Sequence[Any], structure: str) -> int:
     return _WRITE_KINDS - 1
 
 
-def tiled_space(skeleton: Any, mod: Any) -> TiledSpace | None:
+def tiled_space(skeleton: Any, mod: Any, reads_cache: dict[Any, Any] | None = None) -> TiledSpace | None:
     """The :class:`TiledSpace` of ``skeleton``'s main block on ``mod``, or ``None`` when the
-    sketch has no multi-level tiling (an elementwise or injective task)."""
+    sketch has no multi-level tiling (an elementwise or injective task).
+
+    ``reads_cache`` keeps the block's reads per module and sketch across calls (reading them
+    builds a TVM ``Schedule``: what many records of one workload would repeat).
+    """
     from tunecache.search.predict import _site_reads, _tile_groups
 
     structure = ""
@@ -351,7 +355,13 @@ def tiled_space(skeleton: Any, mod: Any) -> TiledSpace | None:
     main = max(groups, key=lambda g: len(g.spatial) + len(g.reduction))
     if not main.spatial:
         return None
-    reads = _site_reads(main, skeleton.insts, mod) or {}
+    key = (id(mod), skeleton.digest)
+    if reads_cache is not None and key in reads_cache:
+        reads = reads_cache[key]
+    else:
+        reads = _site_reads(main, skeleton.insts, mod) or {}
+        if reads_cache is not None:
+            reads_cache[key] = reads
     order = {str(loop): i for i, loop in enumerate(main.loops or [])}
 
     def loop_index(idx: int) -> int:

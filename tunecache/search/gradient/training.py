@@ -54,6 +54,7 @@ def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[n
     from tunecache.tvm_layer.convert import workload_from_json
 
     mods: dict[Any, Any] = {}
+    reads: dict[Any, Any] = {}
     xs: list[np.ndarray] = []
     ys: list[float] = []
     for rec in store.iter_records(hardware=hardware, valid_only=True, newest_first=True):
@@ -72,7 +73,7 @@ def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[n
             continue
         try:
             sk = Skeleton(0, rec.trace)
-            space = tiled_space(sk, mod)
+            space = tiled_space(sk, mod, reads)
         except Exception:  # noqa: BLE001 - an unreadable trace is skipped
             continue
         if space is None or not all(ax.site in sk.decisions for ax in space.axes):
