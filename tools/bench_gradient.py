@@ -2,6 +2,7 @@
 
     python tools/bench_gradient.py --workload matmul:512,512,512 --workload conv2d:1,56,56,64,64,3,3,1,1 \
         --budget 256 --seeds 3 --json out.json [--plot out.png]
+    python tools/bench_gradient.py --replot out.json --plot out.png
 
 Workloads: ``matmul:M,N,K``, ``bmm:B,M,N,K`` and ``conv2d:N,H,W,CI,CO,KH,KW,STRIDE,PAD`` (NHWC data,
 HWIO weights: how tunecache lays convolutions out on CPU). For every workload and seed, with the
@@ -184,8 +185,12 @@ def plot(out: dict[str, Any], path: str) -> None:
     import numpy as np
 
     names = list(out["workloads"])
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-    for ax, name in zip(axes[0], names, strict=False):
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names, strict=False):
         for arm, curves in out["workloads"][name]["curves_ms"].items():
             n = min(len(c) for c in curves)
             if n == 0:
@@ -206,13 +211,22 @@ def plot(out: dict[str, Any], path: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", action="append", required=True, help="KIND:DIMS (repeatable)")
+    ap.add_argument("--workload", action="append", default=[], help="KIND:DIMS (repeatable)")
     ap.add_argument("--budget", type=int, default=256, help="trials of each search")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
     ap.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
     ap.add_argument("--json", default="")
     ap.add_argument("--plot", default="")
+    ap.add_argument("--replot", default="", metavar="JSON", help="only draw --plot from this run's JSON")
     args = ap.parse_args()
+    if args.replot:
+        if not args.plot:
+            ap.error("--replot needs --plot PNG")
+        with open(args.replot, encoding="utf-8") as f:
+            plot(json.load(f), args.plot)
+        return 0
+    if not args.workload:
+        ap.error("give at least one --workload KIND:DIMS")
     arms = [a for a in args.arms.split(",") if a]
     if not arms or set(arms) - set(ARMS):
         ap.error(f"--arms: choose from {','.join(ARMS)}")
