@@ -186,6 +186,19 @@ def test_model_weights_round_trip_through_json_and_nothing_else_loads(tmp_path: 
         CostModel.load(tmp_path / "short.json")
 
 
+def test_the_shipped_model_ranks_its_shipped_rows() -> None:
+    """The package's model and its sample of training rows load, agree on the feature version, and
+    the model ranks those measured programs (a broken or mismatched file would not)."""
+    from tunecache.search.gradient.training import shipped_model, shipped_rows
+
+    model = shipped_model()
+    x, y = shipped_rows()
+    assert model is not None and model.trained_on >= len(x) > 500 and x.shape[1] == N_FEATURES
+    pred = model.predict(x)
+    rank = np.argsort(np.argsort(pred)), np.argsort(np.argsort(y))
+    assert np.corrcoef(*rank)[0, 1] > 0.6
+
+
 def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, target: Any) -> None:
     from tunecache.search.gradient import gradient_search
     from tunecache.tvm_layer import ms
@@ -237,7 +250,7 @@ def test_compile_with_the_gradient_search_stores_records_a_second_compile_hits(t
     x, w = rng.standard_normal((16, 32), dtype=np.float32), rng.standard_normal((32, 48), dtype=np.float32)
     np.testing.assert_allclose(first(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
     # What the gradient search stored trains the next one: a row per valid record of the tiled task.
-    from tunecache.search.gradient.training import start_model, store_rows
+    from tunecache.search.gradient.training import shipped_rows, start_model, store_rows
     from tunecache.store import open_store
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
@@ -246,8 +259,8 @@ def test_compile_with_the_gradient_search_stores_records_a_second_compile_hits(t
     x_rows, y_rows = store_rows(st, hw)
     assert x_rows.shape[1] == N_FEATURES and 0 < len(x_rows) <= sum(t.trials for t in tuned)
     assert np.all(np.isfinite(x_rows)) and np.all(np.isfinite(y_rows))
-    model, rows = start_model(st, hw)
-    assert len(rows[0]) == len(x_rows) and np.all(np.isfinite(model.predict(x_rows)))
+    model, rows = start_model(st, hw)  # a store this small gets the shipped rows beside its own
+    assert len(rows[0]) == len(x_rows) + len(shipped_rows()[0]) and np.all(np.isfinite(model.predict(x_rows)))
     second = tunecache.compile(mod, store=db, trials_per_task=4, progress=False, library_cache=False)
     assert second.report.trials == 0 and second.report.count("hit") == len(second.report.tasks)
     np.testing.assert_allclose(second(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)

@@ -140,16 +140,15 @@ def training_rows(mod_rows: list[tuple[Any, list[tuple[Any, float]]]], target: A
 
 def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner: Any,
              rows: tuple[Any, Any] | None, shipped: bool = True) -> dict[str, Any]:
-    """One gradient search from the shipped model (or a fresh one); with ``rows``, the model is
-    refitted on them first, as :func:`tunecache.search.gradient.training.start_model` does."""
-    from tunecache.search.gradient import CostModel, gradient_search
-    from tunecache.search.gradient.training import shipped_model
+    """One gradient search started as :func:`tunecache.search.gradient.training.start_model` starts
+    it (``rows`` standing for the store's), or from a fresh model (``shipped=False``)."""
+    from tunecache.search.gradient import gradient_search
+    from tunecache.search.gradient.training import start_model
 
     t0 = time.perf_counter()
-    model = (shipped_model() if shipped else None) or CostModel(seed)
-    if rows is not None and len(rows[0]):
-        model.fit(rows[0], rows[1], epochs=60 if model.trained_on else 200, rescale=not model.trained_on,
-                  seed=seed)
+    model = None
+    if shipped:  # what compile(search="gradient") starts from, ``rows`` standing for the store's
+        model, rows = start_model(rows=rows, seed=seed)
     pretrain_s = time.perf_counter() - t0
     events: list[tuple[int, float]] = []
     res = gradient_search(mod, target, builder=builder, runner=runner, max_trials=budget, model=model,

@@ -18,14 +18,20 @@ import numpy as np
 
 from tunecache.errors import InvalidRecordError
 from tunecache.search.gradient.model import CostModel
-from tunecache.search.gradient.space import N_FEATURES, tiled_space
+from tunecache.search.gradient.space import FEATURE_VERSION, N_FEATURES, tiled_space
 
-__all__ = ["SHIPPED_MODEL", "shipped_model", "start_model", "store_rows"]
+__all__ = ["MIN_STORE_ROWS", "SHIPPED_MODEL", "SHIPPED_ROWS", "shipped_model", "shipped_rows", "start_model",
+           "store_rows"]
 
 #: The shipped model's file inside the package.
 SHIPPED_MODEL = "models/default.json"
+#: A sample of the rows the shipped model was trained on (48 per training workload).
+SHIPPED_ROWS = "models/rows.json"
 #: Records read from the store for training at most (the newest first).
 STORE_ROWS = 4000
+#: Below this many store rows, the shipped rows are refitted on beside them: a model refitted on a
+#: task's own 16-32 measurements alone stalled on an empty store (docs/gradient.md).
+MIN_STORE_ROWS = 256
 
 
 def shipped_model() -> CostModel | None:
@@ -40,6 +46,21 @@ def shipped_model() -> CostModel | None:
         return CostModel.from_json(json.loads(text))
     except (ValueError, InvalidRecordError):
         return None
+
+
+def shipped_rows() -> tuple[np.ndarray, np.ndarray]:
+    """The sample of the shipped model's training rows (empty if missing or for other features)."""
+    import json
+
+    empty = (np.zeros((0, N_FEATURES)), np.zeros(0))
+    try:
+        doc = json.loads(resources.files("tunecache.search.gradient").joinpath(SHIPPED_ROWS).read_text())
+        x, y = np.asarray(doc["features"], dtype=float), np.asarray(doc["targets"], dtype=float)
+    except (FileNotFoundError, OSError, ValueError, KeyError, TypeError):
+        return empty
+    if doc.get("feature_version") != FEATURE_VERSION or x.ndim != 2 or x.shape[1] != N_FEATURES or len(x) != len(y):
+        return empty
+    return x, y
 
 
 def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[np.ndarray, np.ndarray]:
@@ -85,17 +106,23 @@ def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[n
     return np.array(xs), np.array(ys)
 
 
-def start_model(store: Any = None, hardware: Any = None, *,
+def start_model(store: Any = None, hardware: Any = None, *, rows: tuple[np.ndarray, np.ndarray] | None = None,
                 seed: int = 0) -> tuple[CostModel, tuple[np.ndarray, np.ndarray]]:
-    """The model a search starts from, and the store's rows it keeps refitting on.
+    """The model a search starts from, and the rows it keeps refitting on beside the task's own.
 
     The shipped model (a fresh one if none ships), refitted on the store's rows for ``hardware``
-    when there are any.
+    (or ``rows``, when given) when there are any; with fewer than :data:`MIN_STORE_ROWS` of them
+    the shipped rows are added.
     """
     model = shipped_model() or CostModel(seed)
-    rows = store_rows(store, hardware) if store is not None and hardware is not None else (
-        np.zeros((0, N_FEATURES)), np.zeros(0))
-    if len(rows[0]):
+    if rows is None:
+        rows = store_rows(store, hardware) if store is not None and hardware is not None else (
+            np.zeros((0, N_FEATURES)), np.zeros(0))
+    own = len(rows[0])
+    if own < MIN_STORE_ROWS:
+        extra = shipped_rows()
+        rows = (np.vstack([rows[0], extra[0]]), np.concatenate([rows[1], extra[1]]))
+    if own:
         model.fit(rows[0], rows[1], epochs=60 if model.trained_on else 200, rescale=not model.trained_on,
                   seed=seed)
     return model, rows
