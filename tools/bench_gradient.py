@@ -120,22 +120,12 @@ def training_rows(mod_rows: list[tuple[Any, list[tuple[Any, float]]]], target: A
     """Features and targets of measured traces of other workloads (a warm store's rows)."""
     import numpy as np
 
-    from tunecache.search.gradient.space import tiled_space
-    from tunecache.search.narrow.align import Skeleton
+    from tunecache.search.gradient.training import trace_row
 
-    xs, ys = [], []
-    for mod, rows in mod_rows:
-        for trace, lat in rows:
-            try:
-                sk = Skeleton(0, trace)
-            except Exception:  # noqa: BLE001 - a trace we cannot read is skipped
-                continue
-            space = tiled_space(sk, mod)
-            if space is None:
-                continue
-            xs.append(space.feature_values(sk.decisions))
-            ys.append(math.log(lat) - space.work)
-    return np.array(xs), np.array(ys)
+    cache: dict[Any, Any] = {}  # the block's reads, per workload and sketch
+    rows = [r for mod, pairs in mod_rows for trace, lat in pairs
+            if (r := trace_row(trace, lat, mod, cache)) is not None]
+    return np.array([x for x, _ in rows]), np.array([y for _, y in rows])
 
 
 def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner: Any,

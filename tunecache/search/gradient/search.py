@@ -113,6 +113,11 @@ def _descend(space: TiledSpace, model: CostModel, z0: np.ndarray, categorical: n
     return out
 
 
+def _key(space: int, decisions: dict[int, Any]) -> str:
+    """A round's de-duplication key of a sketch's decisions."""
+    return f"{space}|{sorted((k, str(v)) for k, v in decisions.items())}"
+
+
 def _categorical_choices(space: TiledSpace) -> list[tuple[int, int]]:
     """``(site, number of choices)`` of the sketch's categorical sites (unroll bounds)."""
     return [(i, s.n) for i, s in space.skeleton.sites.items() if s.kind == "categorical"]
@@ -230,7 +235,7 @@ def gradient_search(
             local = [nd for _, d in best_own[:LOCAL_FROM] for phase in PHASES
                      for nd in neighbour_decisions(space.skeleton, d, phase)] if trained else []
             for d in local:
-                key = f"{si}|{sorted((k, str(v)) for k, v in d.items())}"
+                key = _key(si, d)
                 if key not in seen_round:
                     seen_round.add(key)
                     pool.append((float(model.predict(space.feature_values(d))[0]), si, d))
@@ -244,7 +249,7 @@ def gradient_search(
                 for tiles in points:
                     full = dict(d)
                     full.update(tiles)
-                    key = f"{si}|{sorted((k, str(v)) for k, v in full.items())}"
+                    key = _key(si, full)
                     if key in seen_round:
                         continue
                     seen_round.add(key)

@@ -21,7 +21,7 @@ from tunecache.search.gradient.model import CostModel
 from tunecache.search.gradient.space import FEATURE_VERSION, N_FEATURES, tiled_space
 
 __all__ = ["MIN_STORE_ROWS", "SHIPPED_MODEL", "SHIPPED_ROWS", "shipped_model", "shipped_rows", "start_model",
-           "store_rows"]
+           "store_rows", "trace_row"]
 
 #: The shipped model's file inside the package.
 SHIPPED_MODEL = "models/default.json"
@@ -63,15 +63,30 @@ def shipped_rows() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def trace_row(trace: Any, latency_s: float, mod: Any,
+              reads_cache: dict[Any, Any] | None = None) -> tuple[np.ndarray, float] | None:
+    """One training row of a measured trace of ``mod``: ``(features, log(seconds / work))``, or
+    ``None`` when the trace does not decode or its sketch has no multi-level tiling."""
+    from tunecache.search.narrow.align import Skeleton
+
+    try:
+        sk = Skeleton(0, trace)
+        space = tiled_space(sk, mod, reads_cache)
+    except Exception:  # noqa: BLE001 - an unreadable trace is no training data
+        return None
+    if space is None or latency_s <= 0 or not all(ax.site in sk.decisions for ax in space.axes):
+        return None
+    return space.feature_values(sk.decisions), math.log(latency_s) - space.work
+
+
 def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[np.ndarray, np.ndarray]:
-    """Training rows of the newest ``limit`` valid records of ``hardware`` in ``store``.
+    """Training rows (:func:`trace_row`) of the newest ``limit`` valid records of ``hardware``.
 
     Returns
     -------
     tuple of numpy.ndarray
         ``(features, targets)``: ``(n, N_FEATURES)`` and ``(n,)``.
     """
-    from tunecache.search.narrow.align import Skeleton
     from tunecache.tvm_layer.convert import workload_from_json
 
     mods: dict[Any, Any] = {}
@@ -81,7 +96,7 @@ def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[n
     for rec in store.iter_records(hardware=hardware, valid_only=True, newest_first=True):
         if len(xs) >= limit:
             break
-        if rec.latency_s is None or rec.latency_s <= 0:
+        if rec.latency_s is None:
             continue
         if rec.workload not in mods:
             stored = store.get_workload(rec.workload)
@@ -90,17 +105,10 @@ def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[n
             except Exception:  # noqa: BLE001 - a workload TVM cannot read is no training data
                 mods[rec.workload] = None
         mod = mods[rec.workload]
-        if mod is None:
-            continue
-        try:
-            sk = Skeleton(0, rec.trace)
-            space = tiled_space(sk, mod, reads)
-        except Exception:  # noqa: BLE001 - an unreadable trace is skipped
-            continue
-        if space is None or not all(ax.site in sk.decisions for ax in space.axes):
-            continue
-        xs.append(space.feature_values(sk.decisions))
-        ys.append(math.log(rec.latency_s) - space.work)
+        row = None if mod is None else trace_row(rec.trace, rec.latency_s, mod, reads)
+        if row is not None:
+            xs.append(row[0])
+            ys.append(row[1])
     if not xs:
         return np.zeros((0, N_FEATURES)), np.zeros(0)
     return np.array(xs), np.array(ys)
