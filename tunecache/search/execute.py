@@ -183,7 +183,7 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
                                        "tuned" if latency is not None and not ctx.fresh else "fallback",
                                        note=why, latency_s=latency)
     if todo and ctx.search == "gradient":
-        graded = search_gradient([s for s in todo if _has_tiling(s, ctx)], budgets, ctx, note=note)
+        graded = search_gradient(todo, budgets, ctx, note=note)
         done.update(graded)
         todo = [s for s in todo if s.node not in graded]
         total -= sum(o.trials for o in graded.values())
@@ -215,34 +215,32 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
     return [done[s.node] for s in specs]
 
 
-def _has_tiling(spec: NodeSpec, ctx: SearchContext) -> bool:
-    """Whether ``spec``'s design space has a multi-level tiling sketch (what the gradient search tunes)."""
-    from tunecache.search.gradient import tiled_spaces
-
-    try:
-        return bool(tiled_spaces(spec.mod, ctx.target))
-    except Exception:  # noqa: BLE001 - no design space: the evolutionary search handles it
-        return False
-
-
 def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: SearchContext, *,
                     note: str = "full search") -> dict[str, TaskOutcome]:
-    """Gradient search of each of ``specs`` with its budget, one after another; outcomes by node.
+    """Gradient search of each of ``specs`` that has a multi-level tiling sketch, with its budget,
+    one after another; outcomes by node (the others are left out, for the evolutionary search).
 
     The cost model starts from the shipped one refitted on the store's records for the hardware
     (:func:`tunecache.search.gradient.training.start_model`), and every task's measurements refine
     it for the next. Records are committed like the evolutionary search's (provenance
     ``tuned``). Stops between tasks after ``ctx.deadline`` or a stop request.
     """
-    from tunecache.search.gradient import gradient_search
+    from tunecache.search.gradient import gradient_search, tiled_spaces
     from tunecache.search.gradient.training import start_model
 
     out: dict[str, TaskOutcome] = {}
-    if not specs:
-        return out
-    model, rows = start_model(ctx.store, ctx.hardware, seed=ctx.seed or 0)
+    started: tuple[Any, Any] | None = None  # the model and rows, read once a tiled task comes
     base = 0
     for s in specs:
+        try:
+            spaces = tiled_spaces(s.mod, ctx.target)
+        except Exception:  # noqa: BLE001 - no design space: the evolutionary search handles it
+            spaces = []
+        if not spaces:
+            continue
+        if started is None:
+            started = start_model(ctx.store, ctx.hardware, seed=ctx.seed or 0)
+        model, rows = started
         if stop_requested():
             raise Interrupted(base)
         if ctx.deadline is not None and time.time() >= ctx.deadline:
@@ -254,7 +252,7 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
             res = gradient_search(s.mod, ctx.target, builder=ctx.builder, runner=ctx.runner,
                                   max_trials=budgets[s.node], database=db, model=model, store_rows=rows,
                                   seed=ctx.seed or 0, progress=_offset(ctx.progress, base, sum(budgets.values())),
-                                  task_name=s.name)
+                                  task_name=s.name, spaces=spaces)
         except RuntimeError as err:
             reraise_store_error(db, err)
             raise

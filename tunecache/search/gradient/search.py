@@ -141,6 +141,7 @@ def gradient_search(
     seed: int = 0,
     progress: Any = None,
     task_name: str = "gradient",
+    spaces: list[TiledSpace] | None = None,
 ) -> GradientResult:
     """Tune one task by gradient descent on a differentiable cost model.
 
@@ -172,6 +173,9 @@ def gradient_search(
         Called with a ``SearchProgress`` after each round, or ``None``.
     task_name
         Names the task in progress events.
+    spaces
+        ``tiled_spaces(mod, target)`` when the caller has them already (they read each sketch's
+        block with a TVM ``Schedule``).
 
     Returns
     -------
@@ -188,7 +192,7 @@ def gradient_search(
 
     if max_trials < 1 or round_size < 1:
         raise ConfigError(f"max_trials and round_size must be >= 1 (got {max_trials}, {round_size})")
-    spaces = tiled_spaces(mod, target)
+    spaces = tiled_spaces(mod, target) if spaces is None else spaces
     if not spaces:
         raise ConfigError("the task has no multi-level tiling sketch for the gradient search to descend on "
                           "(an elementwise or injective task): tune it with search='evolutionary'")
