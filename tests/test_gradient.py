@@ -150,6 +150,80 @@ def test_feature_jacobian_and_chain_rule_match_finite_differences(spaces: dict[s
         assert (f[0] - f[1]) / (2 * h) == pytest.approx(g[i], abs=1e-5)
 
 
+def test_a_stored_neighbours_tiles_carry_to_a_larger_task_and_replay(tvm: Any, target: Any,
+                                                                     spaces: dict[str, Any]) -> None:
+    """A matmul twice the size in every axis starts from a smaller one's measured tiles: each
+    inner level keeps its tile, the outermost takes the rest, the categorical choices carry, and
+    the start replays on the larger task as asked."""
+    from tunecache.search.gradient import tiled_spaces
+    from tunecache.search.gradient.starts import neighbour_starts, tiling_of
+    from tunecache.search.narrow.align import Materializer
+
+    _, small_spaces = spaces["matmul"]
+    big_mod = te_matmul(tvm, 96, 192, 144)
+    big_spaces = tiled_spaces(big_mod, target)
+    mat = Materializer(big_mod, target, 0)
+    rng = np.random.default_rng(3)
+    for small, big in zip(small_spaces, big_spaces, strict=True):
+        for _ in range(4):
+            d = dict(small.skeleton.decisions)
+            d.update(small.round(small.random_point(rng)))
+            tiling = tiling_of(small, d, 1e-3)
+            assert tiling is not None and tiling.write_kind == small.write_kind
+            (start,) = neighbour_starts(big, [tiling])
+            for ax_small, ax in zip(small.axes, big.axes, strict=True):
+                tiles, theirs = start[ax.site], d[ax_small.site]
+                assert math.prod(tiles) == ax.extent
+                assert tiles[1:] == theirs[1:] and tiles[0] == theirs[0] * ax.extent // ax_small.extent
+            cats = [i for i, site in sorted(big.skeleton.sites.items()) if site.kind == "categorical"]
+            assert [start[i] for i in cats] == list(tiling.categorical)
+            applied = mat.replay(big.skeleton, start)
+            assert applied is not None and all(applied[1][ax.site] == start[ax.site] for ax in big.axes)
+    # Another structure (a convolution's axes) is never carried onto a matmul.
+    _, conv_spaces = spaces["conv"]
+    conv = conv_spaces[0]
+    d = dict(conv.skeleton.decisions)
+    d.update(conv.round(conv.random_point(rng)))
+    assert neighbour_starts(big_spaces[0], [tiling_of(conv, d, 1e-3)]) == []
+
+
+def test_descent_penalties_push_past_the_cpus_limits(spaces: dict[str, Any]) -> None:
+    """With a model that predicts the same everywhere, only the penalties move a descent: the
+    vectorized innermost tile rises to the SIMD width and the working sets fall under the caches;
+    without limits the point does not move."""
+    from tunecache.search.gradient.search import Limits, _descend, _penalties
+    from tunecache.search.gradient.space import footprint_feature
+
+    space = next(s for s in spaces["matmul"][1] if s.axes[s.vec].extent >= 8)
+    flat = CostModel(0)
+    for w in flat.weights:
+        w[:] = 0.0
+    vec_at = int(space.offsets[space.vec] + space.axes[space.vec].levels - 1)
+    d = dict(space.skeleton.decisions)
+    for ax in space.axes:  # everything in the outermost level: innermost tiles of 1
+        d[ax.site] = [ax.extent] + [1] * (ax.levels - 1)
+    z0 = space.point(d)
+    assert space.log_tiles(z0)[0][vec_at] < math.log(2)
+    cats = space.categorical(d)
+    assert space.round(z0) == {ax.site: d[ax.site] for ax in space.axes}
+    still = _descend(space, flat, z0, cats, steps=30, lr=0.2, every=30, limits=Limits(weight=0.0))[-1]
+    assert still == {ax.site: d[ax.site] for ax in space.axes}
+    moved = _descend(space, flat, z0, cats, steps=60, lr=0.2, every=60, limits=Limits(lanes=8))[-1]
+    assert moved[space.axes[space.vec].site][-1] >= 8
+    # The footprints: from all tiles innermost (the whole problem inside every loop), a tiny L1
+    # and L2 pull them down.
+    for ax in space.axes:
+        d[ax.site] = [1] * (ax.levels - 1) + [ax.extent]
+    limits = Limits(l1_bytes=2048, l2_bytes=8192)
+    capped = {at for kind, at, _ in _penalties(space, limits) if kind == "max"}
+    assert capped == {footprint_feature(3), footprint_feature(4)}
+    before = space.feature_values(d)
+    after = space.feature_values({**d, **_descend(space, flat, space.point(d), space.categorical(d), steps=80,
+                                                  lr=0.2, every=80, limits=limits)[-1]})
+    for at in (footprint_feature(3), footprint_feature(4)):
+        assert after[at] < before[at] - 1.0
+
+
 def test_model_fits_and_its_input_gradient_is_exact() -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(256, N_FEATURES))
@@ -220,6 +294,39 @@ def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, t
     assert len(db.get_all_tuning_records()) == 6
 
 
+def test_search_measures_a_stored_neighbours_carried_program_in_its_first_round(tvm: Any, target: Any) -> None:
+    """A store's program of a smaller matmul, read back as a neighbour, is carried to a larger one
+    and measured in the first round (before the model would have picked it)."""
+    from tunecache.search.gradient import gradient_search, tiled_spaces
+    from tunecache.search.gradient.starts import neighbour_starts
+    from tunecache.search.gradient.training import shipped_model, trace_tiling
+    from tunecache.search.narrow.align import Skeleton
+    from tunecache.tvm_layer import ms
+    from tunecache.tvm_layer.measure import make_builder, make_runner
+
+    small, big = te_matmul(tvm, 32, 64, 48), te_matmul(tvm, 64, 128, 96)
+    db = ms().database.MemoryDatabase()
+    builder, runner = make_builder(max_workers=1), make_runner()
+    try:
+        first = gradient_search(small, target, builder=builder, runner=runner, max_trials=3, round_size=3,
+                                n_starts=1, steps=4, seed=1)
+        near = [trace_tiling(first.best_trace, first.best_latency_s, small)]
+        assert near[0] is not None
+        spaces = tiled_spaces(big, target)
+        carried = [(i, d) for i, sp in enumerate(spaces) for d in neighbour_starts(sp, near)]
+        assert carried
+        res = gradient_search(big, target, builder=builder, runner=runner, max_trials=4, round_size=4, n_starts=1,
+                              steps=4, database=db, seed=2, model=shipped_model(), neighbours=near, spaces=spaces)
+    finally:
+        builder.close()
+        runner.pool.shutdown(wait=True)
+    assert res.rounds == 1 and res.trials == 4
+    measured = [Skeleton(0, r.trace.as_json()).decisions for r in db.get_all_tuning_records()]
+    tiles = {tuple(tuple(d[ax.site]) for ax in spaces[i].axes) for i, d in carried}
+    got = {tuple(tuple(m.get(ax.site, ())) for ax in sp.axes) for m in measured for sp in spaces}
+    assert tiles & got
+
+
 def test_search_refuses_a_task_without_a_tiled_sketch(tvm: Any, target: Any) -> None:
     from tvm import te
 
@@ -250,7 +357,7 @@ def test_compile_with_the_gradient_search_stores_records_a_second_compile_hits(t
     x, w = rng.standard_normal((16, 32), dtype=np.float32), rng.standard_normal((32, 48), dtype=np.float32)
     np.testing.assert_allclose(first(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
     # What the gradient search stored trains the next one: a row per valid record of the tiled task.
-    from tunecache.search.gradient.training import shipped_rows, start_model, store_rows
+    from tunecache.search.gradient.training import read_store, shipped_rows, start_model, store_rows
     from tunecache.store import open_store
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
@@ -259,6 +366,9 @@ def test_compile_with_the_gradient_search_stores_records_a_second_compile_hits(t
     x_rows, y_rows = store_rows(st, hw)
     assert x_rows.shape[1] == N_FEATURES and 0 < len(x_rows) <= sum(t.trials for t in tuned)
     assert np.all(np.isfinite(x_rows)) and np.all(np.isfinite(y_rows))
+    sample = read_store(st, hw)  # the next search's stored neighbours: the best of each sketch
+    assert np.array_equal(sample.rows[0], x_rows) and sample.tilings
+    assert all(t.structure == "SSRSRS" and math.isfinite(t.log_cost) for t in sample.tilings)
     model, rows = start_model(st, hw)  # a store this small gets the shipped rows beside its own
     assert len(rows[0]) == len(x_rows) + len(shipped_rows()[0]) and np.all(np.isfinite(model.predict(x_rows)))
     second = tunecache.compile(mod, store=db, trials_per_task=4, progress=False, library_cache=False)

@@ -13,7 +13,8 @@ same builder and runner:
 * ``gradient``: :func:`tunecache.search.gradient.gradient_search` as ``compile(search="gradient")``
   runs it on an empty store: from the cost model that ships with the package;
 * ``gradient_warm``: the same, the shipped model first refitted on the evolutionary search's
-  records of the *other* workloads of this run and seed (a store warmed by other workloads);
+  records of the *other* workloads of this run and seed, and their best programs as stored
+  neighbours to start from (a store warmed by other workloads);
 * ``gradient_cold`` (only when named in ``--arms``): a fresh, untrained model (its first round
   measures random points).
 
@@ -32,6 +33,7 @@ are the searches' own measurements. Prints JSON; ``--plot`` draws best latency a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -128,11 +130,29 @@ def training_rows(mod_rows: list[tuple[Any, list[tuple[Any, float]]]], target: A
     return np.array([x for x, _ in rows]), np.array([y for _, y in rows])
 
 
+def neighbours(mod_rows: list[tuple[Any, list[tuple[Any, float]]]]) -> list[Any]:
+    """The best measured tiling of each other workload and sketch (a warm store's neighbours)."""
+    from tunecache.search.gradient.training import trace_tiling
+
+    cache: dict[Any, Any] = {}
+    best: dict[tuple[int, str], Any] = {}
+    for i, (mod, pairs) in enumerate(mod_rows):
+        for trace, lat in pairs:
+            t = trace_tiling(trace, lat, mod, cache)
+            key = (i, f"{t.structure}/{t.write_kind}") if t is not None else None
+            if t is not None and key is not None and (key not in best or t.log_cost < best[key].log_cost):
+                best[key] = t
+    return list(best.values())
+
+
 def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner: Any,
-             rows: tuple[Any, Any] | None, shipped: bool = True) -> dict[str, Any]:
+             rows: tuple[Any, Any] | None, shipped: bool = True, near: list[Any] | None = None,
+             penalty: float = 1.0) -> dict[str, Any]:
     """One gradient search started as :func:`tunecache.search.gradient.training.start_model` starts
-    it (``rows`` standing for the store's), or from a fresh model (``shipped=False``)."""
+    it (``rows`` standing for the store's, ``near`` for its neighbours), or from a fresh model
+    (``shipped=False``); ``penalty`` weighs the CPU's limits (0: none)."""
     from tunecache.search.gradient import gradient_search
+    from tunecache.search.gradient.search import host_limits
     from tunecache.search.gradient.training import start_model
 
     t0 = time.perf_counter()
@@ -141,8 +161,10 @@ def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner
         model, rows = start_model(rows=rows, seed=seed)
     pretrain_s = time.perf_counter() - t0
     events: list[tuple[int, float]] = []
+    limits = dataclasses.replace(host_limits(target), weight=penalty)
     res = gradient_search(mod, target, builder=builder, runner=runner, max_trials=budget, model=model,
-                          store_rows=rows, seed=seed, progress=lambda p: events.append((p.total_trials, p.elapsed_s)))
+                          store_rows=rows, seed=seed, progress=lambda p: events.append((p.total_trials, p.elapsed_s)),
+                          neighbours=near or (), limits=limits)
     secs = [s + pretrain_s for s in _seconds_per_trial(events, len(res.curve))]
     return {"curve": list(res.curve), "seconds": secs, "rounds": res.rounds, "cold_rounds": res.cold_rounds,
             "failed_replay": res.failed_replay, "model_seconds": round(res.model_seconds + pretrain_s, 2)}
@@ -204,6 +226,8 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=256, help="trials of each search")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
     ap.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
+    ap.add_argument("--penalty", type=float, default=1.0,
+                    help="weight of the descent's penalties past the CPU's limits (0: none; an ablation)")
     ap.add_argument("--json", default="")
     ap.add_argument("--plot", default="")
     ap.add_argument("--replot", default="", metavar="JSON", help="only draw --plot from this run's JSON")
@@ -230,7 +254,7 @@ def main() -> int:
     target = resolve_target(None)
     mods = {spec: workload(spec) for spec in args.workload}
     out: dict[str, Any] = {"cpu": host_fingerprint().cpu_model or "unknown", "target": str(target),
-                           "budget": args.budget, "seeds": args.seeds, "within": WITHIN,
+                           "budget": args.budget, "seeds": args.seeds, "within": WITHIN, "penalty": args.penalty,
                            "load_before": os.getloadavg(), "workloads": {}}
     builder, runner = make_builder(), make_runner()
     t0 = time.time()
@@ -248,14 +272,17 @@ def main() -> int:
                 for arm in ("gradient", "gradient_cold"):
                     if arm in arms:
                         runs[spec][arm].append(gradient(mod, target, args.budget, seed, builder, runner, None,
-                                                        shipped=arm == "gradient"))
+                                                        shipped=arm == "gradient", penalty=args.penalty))
                         print(f"{spec} seed {seed} {arm}: {runs[spec][arm][-1]['curve'][-1] * 1e3:.4f} ms",
                               file=sys.stderr)
                 if "gradient_warm" in arms:
                     others = [(mods[s], evo[s]["rows"]) for s in mods if s != spec]
                     rows = training_rows(others, target) if others else None
-                    r = gradient(mod, target, args.budget, seed, builder, runner, rows)
+                    near = neighbours(others)
+                    r = gradient(mod, target, args.budget, seed, builder, runner, rows, near=near,
+                                 penalty=args.penalty)
                     r["store_rows"] = 0 if rows is None else len(rows[0])
+                    r["neighbours"] = len(near)
                     runs[spec]["gradient_warm"].append(r)
                     print(f"{spec} seed {seed} gradient_warm ({r['store_rows']} rows): {r['curve'][-1] * 1e3:.4f} ms",
                           file=sys.stderr)
@@ -285,7 +312,8 @@ def main() -> int:
             for a in arms:
                 if a != "evolutionary":
                     entry.setdefault("search_details", {})[a] = [
-                        {k: r[k] for k in ("rounds", "cold_rounds", "failed_replay", "model_seconds", "store_rows")
+                        {k: r[k] for k in ("rounds", "cold_rounds", "failed_replay", "model_seconds", "store_rows",
+                                           "neighbours")
                          if k in r} for r in per[a]]
             out["workloads"][spec] = entry
     finally:

@@ -222,14 +222,16 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
 
     The cost model starts from the shipped one refitted on the store's records for the hardware
     (:func:`tunecache.search.gradient.training.start_model`), and every task's measurements refine
-    it for the next. Records are committed like the evolutionary search's (provenance
-    ``tuned``). Stops between tasks after ``ctx.deadline`` or a stop request.
+    it for the next; each task starts from the store's programs of similar tasks too
+    (:func:`tunecache.search.gradient.training.read_store`). Records are committed like the
+    evolutionary search's (provenance ``tuned``). Stops between tasks after ``ctx.deadline`` or a stop request.
     """
     from tunecache.search.gradient import gradient_search, tiled_spaces
-    from tunecache.search.gradient.training import start_model
+    from tunecache.search.gradient.search import host_limits
+    from tunecache.search.gradient.training import read_store, start_model
 
     out: dict[str, TaskOutcome] = {}
-    started: tuple[Any, Any] | None = None  # the model and rows, read once a tiled task comes
+    started: tuple[Any, Any, Any] | None = None  # the model, rows and neighbours, read once a tiled task comes
     base = 0
     for s in specs:
         try:
@@ -239,8 +241,9 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
         if not spaces:
             continue
         if started is None:
-            started = start_model(ctx.store, ctx.hardware, seed=ctx.seed or 0)
-        model, rows = started
+            sample = read_store(ctx.store, ctx.hardware)
+            started = (*start_model(rows=sample.rows, seed=ctx.seed or 0), sample.tilings)
+        model, rows, neighbours = started
         if stop_requested():
             raise Interrupted(base)
         if ctx.deadline is not None and time.time() >= ctx.deadline:
@@ -252,7 +255,8 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
             res = gradient_search(s.mod, ctx.target, builder=ctx.builder, runner=ctx.runner,
                                   max_trials=budgets[s.node], database=db, model=model, store_rows=rows,
                                   seed=ctx.seed or 0, progress=_offset(ctx.progress, base, sum(budgets.values())),
-                                  task_name=s.name, spaces=spaces)
+                                  task_name=s.name, spaces=spaces, neighbours=neighbours,
+                                  limits=host_limits(ctx.target))
         except RuntimeError as err:
             reraise_store_error(db, err)
             raise

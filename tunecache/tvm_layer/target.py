@@ -73,6 +73,7 @@ __all__ = [
     "host_fingerprint",
     "hardware_key",
     "physical_cores",
+    "cache_bytes",
     "detect_gpus",
 ]
 
@@ -135,6 +136,41 @@ def physical_cores() -> int:
         physical = None
     counts = [c for c in (physical, logical, os.cpu_count()) if c]
     return max(1, min(counts)) if counts else 1
+
+
+def cache_bytes() -> dict[int, int]:
+    """Return the size in bytes of this host's data caches by level (``{1: 49152, 2: 1048576, ...}``).
+
+    Read from Linux's ``/sys/devices/system/cpu/cpu0/cache``; empty where that is missing (another
+    OS, a sandbox), so callers use their own defaults.
+    """
+    out: dict[int, int] = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError:
+        return out
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(base, entry, "type"), encoding="ascii") as f:
+                kind = f.read().strip()
+            with open(os.path.join(base, entry, "level"), encoding="ascii") as f:
+                level = int(f.read().strip())
+            with open(os.path.join(base, entry, "size"), encoding="ascii") as f:
+                size_text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not size_text:
+            continue
+        try:
+            size = int(size_text[:-1]) * units[size_text[-1]] if size_text[-1] in units else int(size_text)
+        except ValueError:
+            continue
+        out[level] = size
+    return out
 
 
 def _read_cpuinfo() -> str:

@@ -3,14 +3,18 @@
 One round:
 
 1. **Starts**: for every multi-level tiling sketch of the task (:func:`tiled_spaces`), random
-   points, the best measured programs so far, and the decisions of stored neighbours given as
-   ``starts``; each start keeps its own categorical choices (unroll bound, compute locations),
+   points, the best measured programs so far, and in the first round the best programs of
+   stored neighbours of the sketch's shape, their tiles carried to this task's extents
+   (:mod:`~tunecache.search.gradient.starts`; the best predicted two are measured, after the
+   model's top pick, whatever the model says of the rest); each start keeps its own categorical choices (unroll bound, compute locations),
    which the descent does not change. The best measured programs' one-move neighbours (the
    narrowed search's moves: a tile factor between levels, the unroll bound, a compute location)
    join the ranking as they are.
 2. **Descent**: Adam on the relaxed exponents (:class:`~tunecache.search.gradient.space.TiledSpace`)
-   to lower the cost model's predicted ``log(seconds / work)``, with a penalty on innermost
-   tiles past the sketch's bound; every few steps the point is rounded to tiles that divide.
+   to lower the cost model's predicted ``log(seconds / work)``, with penalties past the CPU's
+   limits (:class:`Limits`: the sketch's innermost factor bound, a vectorized tile below the
+   SIMD width, working sets past the L1 and L2 caches); every few steps the point is rounded
+   to tiles that divide.
 3. **Selection**: the rounded points are de-duplicated, ranked by the model, replayed and
    postprocessed (a candidate TVM rejects is counted and skipped), and the ``round_size`` best
    are built and measured, like any other search's candidates (and committed to ``database``).
@@ -26,6 +30,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,15 +38,20 @@ import numpy as np
 
 from tunecache.errors import ConfigError
 from tunecache.search.gradient.model import CostModel
-from tunecache.search.gradient.space import TiledSpace, tiled_spaces
+from tunecache.search.gradient.space import TiledSpace, footprint_feature, tiled_spaces
+from tunecache.search.gradient.starts import Tiling, neighbour_starts
 from tunecache.search.narrow.moves import PHASES, neighbour_decisions
 
-__all__ = ["GradientResult", "gradient_search"]
+__all__ = ["GradientResult", "Limits", "gradient_search", "host_limits"]
 
 #: Weight of the task's own measurements against a store row when the model is refined.
 OWN_WEIGHT = 8.0
 #: The best measured programs of each sketch whose one-move neighbours join a round's ranking.
 LOCAL_FROM = 2
+#: Stored neighbours' carried tiles measured in the first round whatever the model predicts
+#: (the best predicted of them): a store's program for a similar shape is evidence the model
+#: may not have learned yet.
+FORCED_NEIGHBOURS = 2
 
 
 @dataclass(frozen=True)
@@ -87,23 +97,82 @@ class GradientResult:
     elapsed_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The CPU's limits a descent is penalised past (a quadratic in log units; 0 turns one off).
+
+    Attributes
+    ----------
+    lanes
+        SIMD lanes of the element type: the innermost tile of the vectorized axis is pushed up
+        to at least this many (where the axis is that long).
+    l1_bytes, l2_bytes
+        Data cache sizes: the bytes one iteration of the first reduction loop touches are pushed
+        under ``l2_bytes``, those of the innermost reduction loop's whole run under ``l1_bytes``.
+    weight
+        The penalty's weight against the model's predicted ``log(seconds / work)``.
+    """
+
+    lanes: int = 0
+    l1_bytes: int = 0
+    l2_bytes: int = 0
+    weight: float = 1.0
+
+
+def host_limits(target: Any) -> Limits:
+    """:class:`Limits` of a CPU target: its SIMD width (float32) and this host's cache sizes
+    (32 KiB and 1 MiB where the host does not say)."""
+    from tunecache.search.narrow.search import _simd_lanes
+    from tunecache.tvm_layer.target import cache_bytes
+
+    caches = cache_bytes()
+    try:
+        lanes = _simd_lanes(target)
+    except Exception:  # noqa: BLE001 - no vector width known: no penalty
+        lanes = 0
+    return Limits(lanes, caches.get(1, 32 * 1024), caches.get(2, 1024 * 1024))
+
+
+def _penalties(space: TiledSpace, limits: Limits) -> list[tuple[str, int, float]]:
+    """``(kind, index, cap)`` of the descent's penalties on ``space``: ``"min"`` on a log tile
+    (vector width), ``"max"`` on a feature (a footprint against a cache), ``"tile"`` on a log
+    tile (the sketch's innermost factor bound)."""
+    out = [("tile", int(space.offsets[a] + ax.levels - 1), math.log(ax.max_innermost))
+           for a, ax in enumerate(space.axes) if ax.max_innermost > 0]
+    if limits.weight <= 0:
+        return out
+    vec = space.vec
+    if limits.lanes > 1 and vec is not None and space.axes[vec].extent >= limits.lanes:
+        ax = space.axes[vec]
+        out.append(("min", int(space.offsets[vec] + ax.levels - 1), math.log(limits.lanes)))
+    r_pos = [i for i, c in enumerate(space.structure) if c == "R"]
+    if r_pos and 0 < r_pos[0] + 1 < 6 and limits.l2_bytes > 0:
+        out.append(("max", footprint_feature(r_pos[0] + 1), math.log(limits.l2_bytes)))
+    if r_pos and 0 < r_pos[-1] < 6 and limits.l1_bytes > 0:
+        out.append(("max", footprint_feature(r_pos[-1]), math.log(limits.l1_bytes)))
+    return out
+
+
 def _descend(space: TiledSpace, model: CostModel, z0: np.ndarray, categorical: np.ndarray, *, steps: int,
-             lr: float, every: int) -> list[dict[int, list[int]]]:
+             lr: float, every: int, limits: Limits = Limits()) -> list[dict[int, list[int]]]:
     """Adam from ``z0``; the rounded tiles every ``every`` steps (and at the end)."""
     z = z0.copy()
     m = np.zeros_like(z)
     v = np.zeros_like(z)
-    bounds = [(space.offsets[a] + ax.levels - 1, math.log(ax.max_innermost))
-              for a, ax in enumerate(space.axes) if ax.max_innermost > 0]
+    penalties = _penalties(space, limits)
     out = []
     for t in range(1, steps + 1):
         logs, sigma = space.log_tiles(z)
         feats, jac = space.features(logs, categorical)
         _, g_feat = model.input_gradient(feats)
         g_logs = g_feat @ jac
-        for at, cap in bounds:  # innermost factor bound: a quadratic penalty past it
-            if logs[at] > cap:
+        for kind, at, cap in penalties:
+            if kind == "tile" and logs[at] > cap:  # the innermost bound: rounding repairs it anyway
                 g_logs[at] += 2.0 * (logs[at] - cap)
+            elif kind == "min" and logs[at] < cap:
+                g_logs[at] -= 2.0 * limits.weight * (cap - logs[at])
+            elif kind == "max" and feats[at] > cap:
+                g_logs += 2.0 * limits.weight * (feats[at] - cap) * jac[at]
         g = space.grad_z(sigma, g_logs)
         m = 0.9 * m + 0.1 * g
         v = 0.999 * v + 0.001 * g * g
@@ -142,6 +211,8 @@ def gradient_search(
     progress: Any = None,
     task_name: str = "gradient",
     spaces: list[TiledSpace] | None = None,
+    neighbours: Sequence[Tiling] = (),
+    limits: Limits | None = None,
 ) -> GradientResult:
     """Tune one task by gradient descent on a differentiable cost model.
 
@@ -176,6 +247,14 @@ def gradient_search(
     spaces
         ``tiled_spaces(mod, target)`` when the caller has them already (they read each sketch's
         block with a TVM ``Schedule``).
+    neighbours
+        Stored programs of other tasks (:func:`~tunecache.search.gradient.training.read_store`):
+        the nearest of each sketch's shape are carried to this task and start the first round
+        (:func:`~tunecache.search.gradient.starts.neighbour_starts`); the best predicted
+        :data:`FORCED_NEIGHBOURS` of them are measured in it.
+    limits
+        The CPU's limits the descents are penalised past; :func:`host_limits` of ``target`` if
+        ``None``.
 
     Returns
     -------
@@ -209,12 +288,14 @@ def gradient_search(
     model_s = 0.0
     by_space: dict[int, list[tuple[float, dict[int, Any]]]] = {}  # measured (latency, decisions)
     extra_starts = list(starts or [])
+    limits = host_limits(target) if limits is None else limits
     from tunecache.interrupt import stop_requested
 
     while state.trials < max_trials and not stop_requested():  # Ctrl-C: after the round in flight
         rounds += 1
         t_model = time.perf_counter()
         pool: list[tuple[float, int, dict[int, Any]]] = []  # (prediction, space, decisions)
+        carried: list[tuple[float, int, dict[int, Any]]] = []  # stored neighbours' carried tiles
         seen_round: set[str] = set()
         for si, space in enumerate(spaces):
             base = dict(space.skeleton.decisions)
@@ -228,6 +309,10 @@ def gradient_search(
                     d0 = dict(base)
                     d0.update({k: v for k, v in start.items() if k in space.skeleton.sites})
                     begin.append(d0)
+                for d in neighbour_starts(space, neighbours):
+                    begin.append(d)
+                    pred = float(model.predict(space.feature_values(d))[0]) if trained else pyrng.random()
+                    carried.append((pred, si, d))
             for _ in range(n_starts):
                 d = dict(base)
                 d.update(space.round(space.random_point(rng)))
@@ -249,7 +334,7 @@ def gradient_search(
                 points = [space.round(space.point(d))]
                 if trained:
                     points += _descend(space, model, space.point(d), space.categorical(d), steps=steps, lr=lr,
-                                       every=max(1, steps // 4))
+                                       every=max(1, steps // 4), limits=limits)
                 for tiles in points:
                     full = dict(d)
                     full.update(tiles)
@@ -261,6 +346,10 @@ def gradient_search(
                     pool.append((pred, si, full))
         proposed += len(pool)
         pool.sort(key=lambda t: t[0])
+        carried.sort(key=lambda t: t[0])
+        # The model's top pick first (the zero-measurement pick), then the forced neighbours;
+        # a point twice in the pool is materialized once.
+        pool = pool[:1] + carried[:FORCED_NEIGHBOURS] + pool[1:]
         model_s += time.perf_counter() - t_model
         want = min(round_size, max_trials - state.trials)
         chosen: list[tuple[int, dict[int, Any], Any]] = []

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FEATURE_VERSION", "N_FEATURES", "Slot", "TiledSpace", "prime_factors", "tiled_space", "tiled_spaces"]
+__all__ = ["FEATURE_VERSION", "N_FEATURES", "Slot", "TiledSpace", "footprint_feature", "prime_factors", "tiled_space",
+           "tiled_spaces"]
 
 #: Bumped whenever the features change meaning; cost model weights are kept per version.
 FEATURE_VERSION = 1
@@ -48,6 +49,12 @@ _WRITE_KINDS = _POSITIONS + 1
 N_FEATURES = 1 + _POSITIONS + 2 + (_POSITIONS - 1) + 1 + _WRITE_KINDS
 _BYTES = 4.0  # float32; the log of the element size only shifts every footprint alike
 _EPS = 0.1  # weight of an empty level when a point is made from integer exponents
+
+
+def footprint_feature(position: int) -> int:
+    """Index of the feature holding the log bytes one iteration of loop ``position - 1`` touches
+    (everything at loop positions ``>= position``), for ``1 <= position < 6``."""
+    return 1 + _POSITIONS + 2 + position - 1
 
 
 def prime_factors(n: int) -> dict[int, int]:
@@ -184,6 +191,11 @@ class TiledSpace:
         """A random point (Gaussian logits): every level likely to get some of each prime."""
         return rng.normal(0.0, scale, self.n_vars)
 
+    @property
+    def write_kind(self) -> int:
+        """Where the sketch's output cache write sits: 0 for none, else 1 + its loop position."""
+        return _write_kind(self.skeleton.insts, self.structure)
+
     def round(self, z: np.ndarray) -> dict[int, list[int]]:
         """Integer tiles at ``z``: largest remainder per prime, then the innermost bound repaired.
 
@@ -288,7 +300,7 @@ class TiledSpace:
                 choice = int(decisions[idx])
                 if values and 0 <= choice < len(values):
                     out[0] = math.log2(1.0 + float(values[choice]))
-        out[1 + _write_kind(sk.insts, self.structure)] = 1.0
+        out[1 + self.write_kind] = 1.0
         return out
 
     def feature_values(self, decisions: dict[int, Any]) -> np.ndarray:

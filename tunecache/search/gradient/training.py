@@ -1,7 +1,8 @@
 """Where the gradient search's cost model comes from: the store's records, and the shipped model.
 
-:func:`store_rows` turns the measured records of a hardware key into training rows (features of
-each record's sketch and decisions, ``log(seconds / work)``); :func:`start_model` is the model a
+:func:`read_store` turns the measured records of a hardware key into training rows (features of
+each record's sketch and decisions, ``log(seconds / work)``) and stored neighbours to start from
+(the best tiling of each workload's sketch); :func:`start_model` is the model a
 search starts from: the shipped one (``models/``, trained by ``tools/train_gradient_model.py`` on
 random programs of shapes no benchmark task has), refitted on the store's rows when the store has
 any. Records whose trace does not decode, whose workload the store does not hold, or whose sketch
@@ -11,6 +12,7 @@ has no multi-level tiling are skipped.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -18,10 +20,11 @@ import numpy as np
 
 from tunecache.errors import InvalidRecordError
 from tunecache.search.gradient.model import CostModel
-from tunecache.search.gradient.space import FEATURE_VERSION, N_FEATURES, tiled_space
+from tunecache.search.gradient.space import FEATURE_VERSION, N_FEATURES, TiledSpace, tiled_space
+from tunecache.search.gradient.starts import Tiling, tiling_of
 
-__all__ = ["MIN_STORE_ROWS", "SHIPPED_MODEL", "SHIPPED_ROWS", "shipped_model", "shipped_rows", "start_model",
-           "store_rows", "trace_row"]
+__all__ = ["MIN_STORE_ROWS", "SHIPPED_MODEL", "SHIPPED_ROWS", "StoreSample", "read_store", "shipped_model",
+           "shipped_rows", "start_model", "store_rows", "trace_row", "trace_tiling"]
 
 #: The shipped model's file inside the package.
 SHIPPED_MODEL = "models/default.json"
@@ -63,10 +66,8 @@ def shipped_rows() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def trace_row(trace: Any, latency_s: float, mod: Any,
-              reads_cache: dict[Any, Any] | None = None) -> tuple[np.ndarray, float] | None:
-    """One training row of a measured trace of ``mod``: ``(features, log(seconds / work))``, or
-    ``None`` when the trace does not decode or its sketch has no multi-level tiling."""
+def _trace_space(trace: Any, mod: Any, reads_cache: dict[Any, Any] | None) -> tuple[Any, TiledSpace] | None:
+    """The skeleton and tiled space of a measured trace of ``mod`` (``None``: unreadable, untiled)."""
     from tunecache.search.narrow.align import Skeleton
 
     try:
@@ -74,9 +75,79 @@ def trace_row(trace: Any, latency_s: float, mod: Any,
         space = tiled_space(sk, mod, reads_cache)
     except Exception:  # noqa: BLE001 - an unreadable trace is no training data
         return None
-    if space is None or latency_s <= 0 or not all(ax.site in sk.decisions for ax in space.axes):
+    if space is None or not all(ax.site in sk.decisions for ax in space.axes):
         return None
+    return sk, space
+
+
+def trace_row(trace: Any, latency_s: float, mod: Any,
+              reads_cache: dict[Any, Any] | None = None) -> tuple[np.ndarray, float] | None:
+    """One training row of a measured trace of ``mod``: ``(features, log(seconds / work))``, or
+    ``None`` when the trace does not decode or its sketch has no multi-level tiling."""
+    got = _trace_space(trace, mod, reads_cache) if latency_s > 0 else None
+    if got is None:
+        return None
+    sk, space = got
     return space.feature_values(sk.decisions), math.log(latency_s) - space.work
+
+
+def trace_tiling(trace: Any, latency_s: float, mod: Any, reads_cache: dict[Any, Any] | None = None) -> Tiling | None:
+    """The :class:`~tunecache.search.gradient.starts.Tiling` of a measured trace of ``mod``
+    (``None`` as for :func:`trace_row`)."""
+    got = _trace_space(trace, mod, reads_cache) if latency_s > 0 else None
+    return None if got is None else tiling_of(got[1], got[0].decisions, latency_s)
+
+
+@dataclass(frozen=True)
+class StoreSample:
+    """What the gradient search reads from a store for one hardware key.
+
+    Attributes
+    ----------
+    rows
+        ``(features, targets)`` of the newest valid records (:func:`trace_row`).
+    tilings
+        The best record's :class:`~tunecache.search.gradient.starts.Tiling` of each workload and
+        sketch among them: stored neighbours to start from.
+    """
+
+    rows: tuple[np.ndarray, np.ndarray]
+    tilings: tuple[Tiling, ...]
+
+
+def read_store(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> StoreSample:
+    """Training rows and stored neighbours from the newest ``limit`` valid records of ``hardware``."""
+    from tunecache.tvm_layer.convert import workload_from_json
+
+    mods: dict[Any, Any] = {}
+    reads: dict[Any, Any] = {}
+    xs: list[np.ndarray] = []
+    ys: list[float] = []
+    best: dict[tuple[Any, str], Tiling] = {}
+    for rec in store.iter_records(hardware=hardware, valid_only=True, newest_first=True):
+        if len(xs) >= limit:
+            break
+        if rec.latency_s is None or rec.latency_s <= 0:
+            continue
+        if rec.workload not in mods:
+            stored = store.get_workload(rec.workload)
+            try:
+                mods[rec.workload] = workload_from_json(rec.workload, stored.mod_json).mod if stored else None
+            except Exception:  # noqa: BLE001 - a workload TVM cannot read is no training data
+                mods[rec.workload] = None
+        mod = mods[rec.workload]
+        got = None if mod is None else _trace_space(rec.trace, mod, reads)
+        if got is None:
+            continue
+        sk, space = got
+        xs.append(space.feature_values(sk.decisions))
+        ys.append(math.log(rec.latency_s) - space.work)
+        tiling = tiling_of(space, sk.decisions, rec.latency_s)
+        key = (rec.workload, sk.digest)
+        if tiling is not None and (key not in best or tiling.log_cost < best[key].log_cost):
+            best[key] = tiling
+    rows = (np.array(xs), np.array(ys)) if xs else (np.zeros((0, N_FEATURES)), np.zeros(0))
+    return StoreSample(rows, tuple(best.values()))
 
 
 def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[np.ndarray, np.ndarray]:
@@ -87,31 +158,7 @@ def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[n
     tuple of numpy.ndarray
         ``(features, targets)``: ``(n, N_FEATURES)`` and ``(n,)``.
     """
-    from tunecache.tvm_layer.convert import workload_from_json
-
-    mods: dict[Any, Any] = {}
-    reads: dict[Any, Any] = {}
-    xs: list[np.ndarray] = []
-    ys: list[float] = []
-    for rec in store.iter_records(hardware=hardware, valid_only=True, newest_first=True):
-        if len(xs) >= limit:
-            break
-        if rec.latency_s is None:
-            continue
-        if rec.workload not in mods:
-            stored = store.get_workload(rec.workload)
-            try:
-                mods[rec.workload] = workload_from_json(rec.workload, stored.mod_json).mod if stored else None
-            except Exception:  # noqa: BLE001 - a workload TVM cannot read is no training data
-                mods[rec.workload] = None
-        mod = mods[rec.workload]
-        row = None if mod is None else trace_row(rec.trace, rec.latency_s, mod, reads)
-        if row is not None:
-            xs.append(row[0])
-            ys.append(row[1])
-    if not xs:
-        return np.zeros((0, N_FEATURES)), np.zeros(0)
-    return np.array(xs), np.array(ys)
+    return read_store(store, hardware, limit=limit).rows
 
 
 def start_model(store: Any = None, hardware: Any = None, *, rows: tuple[np.ndarray, np.ndarray] | None = None,
