@@ -211,6 +211,18 @@ def test_ray_executor_warms_the_same_workloads_as_the_local_one(
     assert again.trials == 0 and len(again.hits) == 3
 
 
+def test_ray_warm_with_the_gradient_search(local_ray: str, tmp_path: Path, target_hw: tuple[Any, Any]) -> None:
+    """``warm(executor="ray", search="gradient")``: the workers tune the dense tasks with the
+    gradient search (the outcomes say so) and their records land in the store."""
+    from tunecache.warming import warm
+
+    rep = warm([MODEL_A], store=str(tmp_path / "g.db"), full_trials=TRIALS, reuse_trials=TRIALS, executor="ray",
+               bridges=False, seed=1, progress=False, search="gradient")
+    assert rep.count("fallback") == 0 and rep.trials > 0, str(rep)
+    assert any("(gradient)" in o.note for o in rep.outcomes if o.outcome == "tuned"), str(rep)
+    _assert_valid(tmp_path / "g.db", target_hw[1])
+
+
 @pytest.mark.postgres
 def test_ray_workers_share_a_postgresql_store(local_ray: str, pg_url: str, target_hw: tuple[Any, Any]) -> None:
     """The cluster configuration: every worker writes to one PostgreSQL store."""

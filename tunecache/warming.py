@@ -148,8 +148,8 @@ def warm(
         Show a progress line on stderr: every measured round and finished step (the Ray
         executor: every finished step).
     search
-        As in :func:`tunecache.compile`: ``"evolutionary"`` or ``"gradient"`` (the local executor
-        only).
+        As in :func:`tunecache.compile`: ``"evolutionary"`` or ``"gradient"`` (with Ray, each
+        node's task starts its cost model from the store on its worker).
 
     Raises
     ------
@@ -162,9 +162,6 @@ def warm(
         raise ConfigError(f"executor={executor!r}: use 'local' or 'ray'")
     check_trials("full_trials", full_trials)
     search = check_search("search", search)
-    if search != "evolutionary" and executor == "ray":
-        raise ConfigError(f"search={search!r} runs on the local executor only; the Ray executor's workers run "
-                          "the evolutionary search: drop executor='ray' or use search='evolutionary'")
     reuse_trials = default_reuse_trials(full_trials) if reuse_trials is None else check_trials("reuse_trials",
                                                                                              reuse_trials)
     time_budget_s = check_seconds("time_budget_s", time_budget_s)
@@ -243,7 +240,7 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
 
             outcomes = execute_plan_ray(mp, mods, tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials,
                                         address=address, seed=seed, on_step=on_step, time_budget_s=time_budget_s,
-                                        runner=runner)
+                                        runner=runner, search=search)
         else:
             from tunecache.interrupt import stop_on_interrupt
             from tunecache.search.execute import execute_plan, search_context

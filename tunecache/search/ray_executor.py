@@ -94,6 +94,7 @@ class _Job:
     runner_url: str | None
     resource: str | None
     check_hardware: bool
+    search: str = "evolutionary"
 
 
 def _node_task(job: _Job, spec: NodeSpec, mod_json: str, source: NodeSpec | None,
@@ -126,7 +127,7 @@ def _node_task(job: _Job, spec: NodeSpec, mod_json: str, source: NodeSpec | None
     work_dir = tempfile.mkdtemp(prefix="tunecache-ray-")
     ctx = SearchContext(target, store, hw, job.full_trials, job.reuse_trials, builder, runner, Path(work_dir),
                         escalate_below=job.escalate_below, seed=job.seed, deadline=job.deadline,
-                        lease_s=job.lease_s, wait_s=job.wait_s)
+                        lease_s=job.lease_s, wait_s=job.wait_s, search=job.search)
     try:
         return run_node(replace(spec, mod=mod), source, ctx)
     finally:
@@ -208,6 +209,7 @@ def execute_plan_ray(
     lost_grace_s: float = 60.0,
     budget_grace_s: float = 300.0,
     num_cpus: int | None = None,
+    search: str = "evolutionary",
 ) -> dict[str, TaskOutcome]:
     """Run ``mp``'s nodes as Ray tasks; return an outcome per node, as :func:`execute_plan` does.
 
@@ -246,6 +248,10 @@ def execute_plan_ray(
     poll_s, lost_grace_s
         How often the driver checks that some node still offers ``resource``, and how long it
         may be missing before the remaining tasks are cancelled and reported.
+    search
+        The full search's kind (:data:`tunecache.config.SEARCHES`); with ``"gradient"`` each
+        node's task reads the store's rows and neighbours on its worker (no model is shared
+        between nodes).
 
     Returns
     -------
@@ -275,7 +281,7 @@ def execute_plan_ray(
                reuse_trials=int(reuse_trials), escalate_below=float(escalate_below), seed=seed,
                deadline=None if time_budget_s is None else start + time_budget_s, lease_s=float(lease_s),
                wait_s=float(wait_s), runner_url=runner, resource=res,
-               check_hardware=runner is None and res == hardware_resource(hardware))
+               check_hardware=runner is None and res == hardware_resource(hardware), search=search)
     out: dict[str, TaskOutcome] = {}
 
     def finish(o: TaskOutcome) -> None:

@@ -6,10 +6,10 @@ One round:
    points, the best measured programs so far, and in the first round the best programs of
    stored neighbours of the sketch's shape, their tiles carried to this task's extents
    (:mod:`~tunecache.search.gradient.starts`; the best predicted two are measured, after the
-   model's top pick, whatever the model says of the rest); each start keeps its own categorical choices (unroll bound, compute locations),
-   which the descent does not change. The best measured programs' one-move neighbours (the
-   narrowed search's moves: a tile factor between levels, the unroll bound, a compute location)
-   join the ranking as they are.
+   model's top pick, whatever the model says of the rest); each start keeps its own
+   categorical choices (unroll bound, compute locations), which the descent does not change.
+   The best measured programs' one-move neighbours (the narrowed search's moves: a tile factor
+   between levels, the unroll bound, a compute location) join the ranking as they are.
 2. **Descent**: Adam on the relaxed exponents (:class:`~tunecache.search.gradient.space.TiledSpace`)
    to lower the cost model's predicted ``log(seconds / work)``, with penalties past the CPU's
    limits (:class:`Limits`: the sketch's innermost factor bound, a vectorized tile below the
