@@ -73,32 +73,19 @@ def _same_shape(tiling: Tiling, space: TiledSpace) -> bool:
         (sp, lv) == (ax.spatial, ax.levels) for (sp, lv, _), ax in zip(tiling.axes, space.axes, strict=True))
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
 def carry(tiling: Tiling, space: TiledSpace) -> dict[int, list[int]] | None:
     """Tiles for ``space`` that keep ``tiling``'s inner tiles, or ``None`` for another shape.
 
     Per axis, from the innermost level out, each level takes the divisor of what is left of this
-    axis's extent nearest its stored tile (in log; the smaller on a tie), so a smaller extent
-    shrinks the outer ones of them first; the outermost level gets what is left. Rounding then
-    repairs the sketch's innermost bound.
+    axis's extent nearest its stored tile (:func:`~tunecache.search.narrow.moves.fit_tiles`), so
+    a smaller extent shrinks the outer ones of them first; the outermost level gets what is left.
     """
+    from tunecache.search.narrow.moves import fit_tiles
+
     if not _same_shape(tiling, space):
         return None
-    out: dict[int, list[int]] = {}
-    for a, ax in enumerate(space.axes):
-        left = ax.extent
-        tiles = [1] * ax.levels
-        for j in range(ax.levels - 1, 0, -1):
-            want = math.log(max(1, tiling.tiles[a][j]))
-            tiles[j] = min(_divisors(left), key=lambda d: (abs(math.log(d) - want), d))  # noqa: B023 - used at once
-            left //= tiles[j]
-        tiles[0] = left
-        out[ax.site] = tiles
-    return space.round(space.point(out))
+    return {ax.site: list(fit_tiles(tiling.tiles[a], ax.extent, ax.max_innermost))
+            for a, ax in enumerate(space.axes)}
 
 
 def _distance(tiling: Tiling, space: TiledSpace) -> float:
