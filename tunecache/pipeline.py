@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunecache.config import default_reuse_trials
+from tunecache.config import DEFAULT_SEARCH, default_reuse_trials
 from tunecache.errors import Interrupted
 from tunecache.reuse.planner import ModelPlan
 from tunecache.store.keys import HardwareKey, WorkloadKey
@@ -101,7 +101,7 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
            reuse_trials: int | None = None, reuse: bool = True, bridges: bool = False,
            escalate_below: float | None = None, time_budget_s: float | None = None, seed: int | None = None,
            work_dir: str | Path | None = None, progress: Any = None,
-           transfer: bool = True, hits: Sequence[Any] = (), search_kind: str = "evolutionary") -> SearchResult:
+           transfer: bool = True, hits: Sequence[Any] = (), search_kind: str = DEFAULT_SEARCH) -> SearchResult:
     """Plan the misses, execute the plan, re-measure the bests: one path for every search.
 
     ``reuse=False`` (``tune="always"``) plans a full search of every task, each with its whole
@@ -158,7 +158,7 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
                   time_budget_s: float | None = None, seed: int | None = None, work_dir: Any = None,
                   progress: bool = True, escalate_below: float | None = None,
                   cache: Any = None, model_name: str = "",
-                  search: str = "evolutionary") -> tuple[Any, Path | None, Any]:
+                  search: str = DEFAULT_SEARCH) -> tuple[Any, Path | None, Any]:
     """The whole ladder for one imported model; return ``(executable, library path, report)``.
 
     ``tune``, ``trials_per_task``, ... as in :func:`tunecache.compile`; ``cache`` is a
@@ -177,7 +177,7 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
 def _ladder(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
             time_budget_s: float | None, seed: int | None, work_dir: Any, progress: bool,
             escalate_below: float | None, cache: Any, model_name: str,
-            search_kind: str = "evolutionary") -> tuple[Any, Path | None, Any]:
+            search_kind: str = DEFAULT_SEARCH) -> tuple[Any, Path | None, Any]:
     """:func:`compile_model`'s steps, in order."""
     from tunecache import library
     from tunecache.gcpause import gc_running

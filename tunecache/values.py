@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from tunecache.config import DEFAULT_SEARCH
 from tunecache.store.keys import HardwareKey, WorkloadKey
 
 __all__ = ["OUTCOMES", "Outcome", "SearchContext", "TaskOutcome", "DEFAULT_ESCALATE_BELOW"]
@@ -116,4 +117,4 @@ class SearchContext:
     lease_s: float = 60.0
     wait_s: float = 3600.0
     fresh: bool = False
-    search: str = "evolutionary"
+    search: str = DEFAULT_SEARCH

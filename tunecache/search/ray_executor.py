@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tunecache.config import DEFAULT_SEARCH
 from tunecache.errors import ConfigError, DependencyError
 from tunecache.reuse.graph import ROOT
 from tunecache.reuse.planner import ModelPlan
@@ -94,7 +95,7 @@ class _Job:
     runner_url: str | None
     resource: str | None
     check_hardware: bool
-    search: str = "evolutionary"
+    search: str = DEFAULT_SEARCH
 
 
 def _node_task(job: _Job, spec: NodeSpec, mod_json: str, source: NodeSpec | None,
@@ -209,7 +210,7 @@ def execute_plan_ray(
     lost_grace_s: float = 60.0,
     budget_grace_s: float = 300.0,
     num_cpus: int | None = None,
-    search: str = "evolutionary",
+    search: str = DEFAULT_SEARCH,
 ) -> dict[str, TaskOutcome]:
     """Run ``mp``'s nodes as Ray tasks; return an outcome per node, as :func:`execute_plan` does.
 
