@@ -279,7 +279,9 @@ def test_lucky_record_is_corrected_by_remeasure(tuned: dict[str, Any], target: A
     assert by_uid[lucky.uid].remeasurement is not None
     assert by_uid[lucky.uid].remeasurement.median_s > 1e-6
     best = store.best_k(key, hw, 2)
-    assert lucky.uid not in {r.uid for r in best}
+    # Ranked by what it really takes now: serial loops of a 64x64 matmul may still beat a
+    # parallel program tuned with a few trials on a loaded machine, so only the 1 ns is gone.
+    assert best[0].latency_s > 1e-6
     assert all(r.cv is not None and r.uid in by_uid for r in best)  # the top 2 are re-measured
     [again] = [r for r in store.records(workload=key, hardware=hw) if r.uid == lucky.uid]
     assert again.run_secs == (1e-9,) and again.latency_s == by_uid[lucky.uid].remeasurement.median_s

@@ -255,7 +255,7 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
             res = gradient_search(s.mod, ctx.target, builder=ctx.builder, runner=ctx.runner,
                                   max_trials=budgets[s.node], database=db, model=model, store_rows=rows,
                                   seed=ctx.seed or 0, progress=_offset(ctx.progress, base, sum(budgets.values())),
-                                  task_name=s.name, spaces=spaces, neighbours=neighbours,
+                                  task_name=f"gradient search: {s.name}", spaces=spaces, neighbours=neighbours,
                                   limits=host_limits(ctx.target))
         except RuntimeError as err:
             reraise_store_error(db, err)
