@@ -189,8 +189,8 @@ def test_a_stored_neighbours_tiles_carry_to_a_larger_task_and_replay(tvm: Any, t
 
 def test_descent_penalties_push_past_the_cpus_limits(spaces: dict[str, Any]) -> None:
     """With a model that predicts the same everywhere, only the penalties move a descent: the
-    vectorized innermost tile rises to the SIMD width and the working sets fall under the caches;
-    without limits the point does not move."""
+    vectorized innermost tile rises to the SIMD width and, when their weight is set, the working
+    sets fall under the caches; without limits the point does not move."""
     from tunecache.search.gradient.search import Limits, _descend, _penalties
     from tunecache.search.gradient.space import footprint_feature
 
@@ -206,7 +206,8 @@ def test_descent_penalties_push_past_the_cpus_limits(spaces: dict[str, Any]) -> 
     assert space.log_tiles(z0)[0][vec_at] < math.log(2)
     cats = space.categorical(d)
     assert space.round(z0) == {ax.site: d[ax.site] for ax in space.axes}
-    still = _descend(space, flat, z0, cats, steps=30, lr=0.2, every=30, limits=Limits(weight=0.0))[-1]
+    still = _descend(space, flat, z0, cats, steps=30, lr=0.2, every=30,
+                     limits=Limits(lanes=8, l1_bytes=64, l2_bytes=64, weight=0.0))[-1]
     assert still == {ax.site: d[ax.site] for ax in space.axes}
     moved = _descend(space, flat, z0, cats, steps=60, lr=0.2, every=60, limits=Limits(lanes=8))[-1]
     assert moved[space.axes[space.vec].site][-1] >= 8
@@ -214,7 +215,8 @@ def test_descent_penalties_push_past_the_cpus_limits(spaces: dict[str, Any]) -> 
     # and L2 pull them down.
     for ax in space.axes:
         d[ax.site] = [1] * (ax.levels - 1) + [ax.extent]
-    limits = Limits(l1_bytes=2048, l2_bytes=8192)
+    assert not [k for k, _, _ in _penalties(space, Limits(l1_bytes=2048, l2_bytes=8192)) if k == "max"]  # off
+    limits = Limits(l1_bytes=2048, l2_bytes=8192, cache_weight=1.0)
     capped = {at for kind, at, _ in _penalties(space, limits) if kind == "max"}
     assert capped == {footprint_feature(3), footprint_feature(4)}
     before = space.feature_values(d)

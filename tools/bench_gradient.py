@@ -147,10 +147,10 @@ def neighbours(mod_rows: list[tuple[Any, list[tuple[Any, float]]]]) -> list[Any]
 
 def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner: Any,
              rows: tuple[Any, Any] | None, shipped: bool = True, near: list[Any] | None = None,
-             penalty: float = 1.0) -> dict[str, Any]:
+             penalty: float = 1.0, cache_penalty: float = 0.0) -> dict[str, Any]:
     """One gradient search started as :func:`tunecache.search.gradient.training.start_model` starts
     it (``rows`` standing for the store's, ``near`` for its neighbours), or from a fresh model
-    (``shipped=False``); ``penalty`` weighs the CPU's limits (0: none)."""
+    (``shipped=False``); ``penalty`` and ``cache_penalty`` weigh the CPU's limits (0: none)."""
     from tunecache.search.gradient import gradient_search
     from tunecache.search.gradient.search import host_limits
     from tunecache.search.gradient.training import start_model
@@ -161,7 +161,7 @@ def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner
         model, rows = start_model(rows=rows, seed=seed)
     pretrain_s = time.perf_counter() - t0
     events: list[tuple[int, float]] = []
-    limits = dataclasses.replace(host_limits(target), weight=penalty)
+    limits = dataclasses.replace(host_limits(target), weight=penalty, cache_weight=cache_penalty)
     res = gradient_search(mod, target, builder=builder, runner=runner, max_trials=budget, model=model,
                           store_rows=rows, seed=seed, progress=lambda p: events.append((p.total_trials, p.elapsed_s)),
                           neighbours=near or (), limits=limits)
@@ -227,7 +227,9 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
     ap.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
     ap.add_argument("--penalty", type=float, default=1.0,
-                    help="weight of the descent's penalties past the CPU's limits (0: none; an ablation)")
+                    help="weight of the descent's vector-width penalty (0: none; an ablation)")
+    ap.add_argument("--cache-penalty", type=float, default=0.0,
+                    help="weight of the descent's L1/L2 working-set penalties (default 0: off, as in the library)")
     ap.add_argument("--json", default="")
     ap.add_argument("--plot", default="")
     ap.add_argument("--replot", default="", metavar="JSON", help="only draw --plot from this run's JSON")
@@ -255,6 +257,7 @@ def main() -> int:
     mods = {spec: workload(spec) for spec in args.workload}
     out: dict[str, Any] = {"cpu": host_fingerprint().cpu_model or "unknown", "target": str(target),
                            "budget": args.budget, "seeds": args.seeds, "within": WITHIN, "penalty": args.penalty,
+                           "cache_penalty": args.cache_penalty,
                            "load_before": os.getloadavg(), "workloads": {}}
     builder, runner = make_builder(), make_runner()
     t0 = time.time()
@@ -272,7 +275,8 @@ def main() -> int:
                 for arm in ("gradient", "gradient_cold"):
                     if arm in arms:
                         runs[spec][arm].append(gradient(mod, target, args.budget, seed, builder, runner, None,
-                                                        shipped=arm == "gradient", penalty=args.penalty))
+                                                        shipped=arm == "gradient", penalty=args.penalty,
+                                                        cache_penalty=args.cache_penalty))
                         print(f"{spec} seed {seed} {arm}: {runs[spec][arm][-1]['curve'][-1] * 1e3:.4f} ms",
                               file=sys.stderr)
                 if "gradient_warm" in arms:
@@ -280,7 +284,7 @@ def main() -> int:
                     rows = training_rows(others, target) if others else None
                     near = neighbours(others)
                     r = gradient(mod, target, args.budget, seed, builder, runner, rows, near=near,
-                                 penalty=args.penalty)
+                                 penalty=args.penalty, cache_penalty=args.cache_penalty)
                     r["store_rows"] = 0 if rows is None else len(rows[0])
                     r["neighbours"] = len(near)
                     runs[spec]["gradient_warm"].append(r)

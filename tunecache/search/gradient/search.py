@@ -13,8 +13,8 @@ One round:
 2. **Descent**: Adam on the relaxed exponents (:class:`~tunecache.search.gradient.space.TiledSpace`)
    to lower the cost model's predicted ``log(seconds / work)``, with penalties past the CPU's
    limits (:class:`Limits`: the sketch's innermost factor bound, a vectorized tile below the
-   SIMD width, working sets past the L1 and L2 caches); every few steps the point is rounded
-   to tiles that divide.
+   SIMD width, and, when asked, working sets past the L1 and L2 caches); every few steps the
+   point is rounded to tiles that divide.
 3. **Selection**: the rounded points are de-duplicated, ranked by the model, replayed and
    postprocessed (a candidate TVM rejects is counted and skipped), and the ``round_size`` best
    are built and measured, like any other search's candidates (and committed to ``database``).
@@ -110,13 +110,19 @@ class Limits:
         Data cache sizes: the bytes one iteration of the first reduction loop touches are pushed
         under ``l2_bytes``, those of the innermost reduction loop's whole run under ``l1_bytes``.
     weight
-        The penalty's weight against the model's predicted ``log(seconds / work)``.
+        The vector width penalty's weight against the model's predicted ``log(seconds / work)``.
+    cache_weight
+        The cache penalties' weight. 0 by default: on the Zen 5 of ``docs/gradient.md`` they made
+        the best after 16 trials 1.2x worse (geometric mean, 4 tasks x 2 seeds) and after 64
+        1.02x; the model learns the caches from the store's measurements better than this
+        rule of thumb places them.
     """
 
     lanes: int = 0
     l1_bytes: int = 0
     l2_bytes: int = 0
     weight: float = 1.0
+    cache_weight: float = 0.0
 
 
 def host_limits(target: Any) -> Limits:
@@ -135,17 +141,16 @@ def host_limits(target: Any) -> Limits:
 
 def _penalties(space: TiledSpace, limits: Limits) -> list[tuple[str, int, float]]:
     """``(kind, index, cap)`` of the descent's penalties on ``space``: ``"min"`` on a log tile
-    (vector width), ``"max"`` on a feature (a footprint against a cache), ``"tile"`` on a log
-    tile (the sketch's innermost factor bound)."""
+    (vector width, with a positive ``weight``), ``"max"`` on a feature (a footprint against a
+    cache, with a positive ``cache_weight``), ``"tile"`` on a log tile (the sketch's innermost
+    factor bound, always)."""
     out = [("tile", int(space.offsets[a] + ax.levels - 1), math.log(ax.max_innermost))
            for a, ax in enumerate(space.axes) if ax.max_innermost > 0]
-    if limits.weight <= 0:
-        return out
     vec = space.vec
-    if limits.lanes > 1 and vec is not None and space.axes[vec].extent >= limits.lanes:
+    if limits.weight > 0 and limits.lanes > 1 and vec is not None and space.axes[vec].extent >= limits.lanes:
         ax = space.axes[vec]
         out.append(("min", int(space.offsets[vec] + ax.levels - 1), math.log(limits.lanes)))
-    r_pos = [i for i, c in enumerate(space.structure) if c == "R"]
+    r_pos = [i for i, c in enumerate(space.structure) if c == "R"] if limits.cache_weight > 0 else []
     if r_pos and 0 < r_pos[0] + 1 < 6 and limits.l2_bytes > 0:
         out.append(("max", footprint_feature(r_pos[0] + 1), math.log(limits.l2_bytes)))
     if r_pos and 0 < r_pos[-1] < 6 and limits.l1_bytes > 0:
@@ -172,7 +177,7 @@ def _descend(space: TiledSpace, model: CostModel, z0: np.ndarray, categorical: n
             elif kind == "min" and logs[at] < cap:
                 g_logs[at] -= 2.0 * limits.weight * (cap - logs[at])
             elif kind == "max" and feats[at] > cap:
-                g_logs += 2.0 * limits.weight * (feats[at] - cap) * jac[at]
+                g_logs += 2.0 * limits.cache_weight * (feats[at] - cap) * jac[at]
         g = space.grad_z(sigma, g_logs)
         m = 0.9 * m + 0.1 * g
         v = 0.999 * v + 0.001 * g * g
