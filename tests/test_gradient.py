@@ -378,6 +378,31 @@ def test_compile_with_the_gradient_search_stores_records_a_second_compile_hits(t
     np.testing.assert_allclose(second(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
 
 
+def test_a_task_the_gradient_search_fails_on_goes_to_the_evolutionary_search(tmp_path: Any, monkeypatch: Any,
+                                                                            caplog: Any) -> None:
+    """A sketch the gradient search raises on (here: made to raise, for any sketch) does not fail
+    the compile: the evolutionary search tunes the task, and the log says why."""
+    from _models import relax_matmul_relu
+
+    import tunecache
+    import tunecache.search.gradient as gradient
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise ValueError("a sketch this search cannot read")
+
+    monkeypatch.setattr(gradient, "gradient_search", broken)
+    mod = relax_matmul_relu(16, 32, 48)
+    with caplog.at_level("WARNING", logger="tunecache"):
+        cm = tunecache.compile(mod, store=str(tmp_path / "f.db"), trials_per_task=4, seed=0, progress=False,
+                               search="gradient", library_cache=False)
+    tuned = [t for t in cm.report.tasks if t.outcome == "tuned"]
+    assert tuned and all("(gradient)" not in t.note and t.trials > 0 for t in tuned), cm.report.tasks
+    assert "the gradient search failed" in caplog.text and "a sketch this search cannot read" in caplog.text
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((16, 32), dtype=np.float32), rng.standard_normal((32, 48), dtype=np.float32)
+    np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
 def test_search_choice_is_checked_from_python_and_the_cli(tmp_path: Any, capfd: Any) -> None:
     from _models import relax_matmul_relu
 

@@ -260,6 +260,15 @@ def main() -> int:
                            "cache_penalty": args.cache_penalty,
                            "load_before": os.getloadavg(), "workloads": {}}
     builder, runner = make_builder(), make_runner()
+
+    def fresh() -> Any:
+        """A new runner for each search: MetaSchedule's LocalRunner keeps one worker process for
+        every run, and its memory grew to 23 GB over ~10,000 candidates here (docs/NOTES.md)."""
+        nonlocal runner
+        runner.pool.shutdown(wait=True)
+        runner = make_runner()
+        return runner
+
     t0 = time.time()
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {s: {a: [] for a in arms} for s in mods}
     try:
@@ -267,14 +276,14 @@ def main() -> int:
             evo: dict[str, dict[str, Any]] = {}
             if "evolutionary" in arms or "gradient_warm" in arms:
                 for spec, mod in mods.items():
-                    evo[spec] = evolutionary(mod, target, args.budget, seed, builder, runner)
+                    evo[spec] = evolutionary(mod, target, args.budget, seed, builder, fresh())
                     if "evolutionary" in arms:
                         runs[spec]["evolutionary"].append(evo[spec])
                     print(f"{spec} seed {seed} evolutionary: {evo[spec]['curve'][-1] * 1e3:.4f} ms", file=sys.stderr)
             for spec, mod in mods.items():
                 for arm in ("gradient", "gradient_cold"):
                     if arm in arms:
-                        runs[spec][arm].append(gradient(mod, target, args.budget, seed, builder, runner, None,
+                        runs[spec][arm].append(gradient(mod, target, args.budget, seed, builder, fresh(), None,
                                                         shipped=arm == "gradient", penalty=args.penalty,
                                                         cache_penalty=args.cache_penalty))
                         print(f"{spec} seed {seed} {arm}: {runs[spec][arm][-1]['curve'][-1] * 1e3:.4f} ms",
@@ -283,13 +292,18 @@ def main() -> int:
                     others = [(mods[s], evo[s]["rows"]) for s in mods if s != spec]
                     rows = training_rows(others, target) if others else None
                     near = neighbours(others)
-                    r = gradient(mod, target, args.budget, seed, builder, runner, rows, near=near,
+                    r = gradient(mod, target, args.budget, seed, builder, fresh(), rows, near=near,
                                  penalty=args.penalty, cache_penalty=args.cache_penalty)
                     r["store_rows"] = 0 if rows is None else len(rows[0])
                     r["neighbours"] = len(near)
                     runs[spec]["gradient_warm"].append(r)
                     print(f"{spec} seed {seed} gradient_warm ({r['store_rows']} rows): {r['curve'][-1] * 1e3:.4f} ms",
                           file=sys.stderr)
+            if args.json:  # every finished seed's curves, in case the run is cut short
+                with open(args.json + ".partial", "w", encoding="utf-8") as f:
+                    json.dump({"seeds_done": seed + 1, "runs": {s: {a: [{k: v for k, v in r.items() if k != "rows"}
+                                                                        for r in rs] for a, rs in per.items()}
+                                                                for s, per in runs.items()}}, f)
         for spec, mod in mods.items():
             per = runs[spec]
             to90: dict[str, list[int]] = {a: [] for a in arms}

@@ -18,6 +18,7 @@ escalation).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tunecache import config
-from tunecache.errors import Interrupted, TuningError
+from tunecache.errors import Interrupted, TunecacheError, TuningError
 from tunecache.interrupt import stop_requested
 from tunecache.reuse.graph import ROOT
 from tunecache.reuse.plan import PlanStep
@@ -39,6 +40,8 @@ from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Provenance
 from tunecache.tvm_layer.database import make_database, reraise_store_error
 from tunecache.values import SearchContext, TaskOutcome
+
+log = logging.getLogger("tunecache")
 
 __all__ = [
     "NodeSpec",
@@ -218,7 +221,8 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
 def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: SearchContext, *,
                     note: str = "full search") -> dict[str, TaskOutcome]:
     """Gradient search of each of ``specs`` that has a multi-level tiling sketch, with its budget,
-    one after another; outcomes by node (the others are left out, for the evolutionary search).
+    one after another; outcomes by node (the others, and any the gradient search raised on, are
+    left out, for the evolutionary search).
 
     The cost model starts from the shipped one refitted on the store's records for the hardware
     (:func:`tunecache.search.gradient.training.start_model`), and every task's measurements refine
@@ -257,9 +261,13 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
                                   seed=ctx.seed or 0, progress=_offset(ctx.progress, base, sum(budgets.values())),
                                   task_name=f"gradient search: {s.name}", spaces=spaces, neighbours=neighbours,
                                   limits=host_limits(ctx.target))
-        except RuntimeError as err:
-            reraise_store_error(db, err)
+        except TunecacheError:
             raise
+        except Exception as err:  # noqa: BLE001 - a sketch it cannot handle: the evolutionary search takes the task
+            reraise_store_error(db, err)
+            log.warning("tunecache: the gradient search failed on %s (%s: %s); the evolutionary search tunes it",
+                        s.name, type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
+            continue
         base += res.trials
         if stop_requested():  # this task's records are committed; a rerun resumes the rest
             raise Interrupted(base)

@@ -32,6 +32,9 @@ SHIPPED_MODEL = "models/default.json"
 SHIPPED_ROWS = "models/rows.json"
 #: Records read from the store for training at most (the newest first).
 STORE_ROWS = 4000
+#: Workloads whose records are read at most (the newest first): each costs decoding its module
+#: and reading its block with a TVM ``Schedule``, a store of a team's size holds thousands.
+STORE_WORKLOADS = 128
 #: Below this many store rows, the shipped rows are refitted on beside them: a model refitted on a
 #: task's own 16-32 measurements alone stalled on an empty store (docs/gradient.md).
 MIN_STORE_ROWS = 256
@@ -115,8 +118,10 @@ class StoreSample:
     tilings: tuple[Tiling, ...]
 
 
-def read_store(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> StoreSample:
-    """Training rows and stored neighbours from the newest ``limit`` valid records of ``hardware``."""
+def read_store(store: Any, hardware: Any, *, limit: int = STORE_ROWS,
+               workloads: int = STORE_WORKLOADS) -> StoreSample:
+    """Training rows and stored neighbours from the newest ``limit`` valid records of ``hardware``
+    (of its newest ``workloads`` workloads)."""
     from tunecache.tvm_layer.convert import workload_from_json
 
     mods: dict[Any, Any] = {}
@@ -124,12 +129,14 @@ def read_store(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> StoreSa
     xs: list[np.ndarray] = []
     ys: list[float] = []
     best: dict[tuple[Any, str], Tiling] = {}
-    for rec in store.iter_records(hardware=hardware, valid_only=True, newest_first=True):
-        if len(xs) >= limit:
+    for scanned, rec in enumerate(store.iter_records(hardware=hardware, valid_only=True, newest_first=True)):
+        if len(xs) >= limit or scanned >= 4 * limit:  # a store of millions is never read whole
             break
         if rec.latency_s is None or rec.latency_s <= 0:
             continue
         if rec.workload not in mods:
+            if len(mods) >= workloads:
+                continue
             stored = store.get_workload(rec.workload)
             try:
                 mods[rec.workload] = workload_from_json(rec.workload, stored.mod_json).mod if stored else None
