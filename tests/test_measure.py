@@ -119,6 +119,30 @@ def test_in_process_builder_and_runner_measure_a_candidate(
 
 
 @pytest.mark.tvm
+def test_the_runner_replaces_its_worker_process_every_so_many_candidates(target: Any, tmp_path: Path) -> None:
+    """A runner made with ``process_uses=2`` measures 5 candidates on 3 worker processes (its
+    memory grows with every candidate, so a long warm must not keep one forever), all valid."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from tunecache.tvm_layer.measure import make_runner
+
+    mod = _matmul(16)
+    [built] = make_builder(max_workers=0, artifact_dir=tmp_path).build([BuilderInput(mod, target)])
+    runner = make_runner(process_uses=2)
+    pids = []
+    try:
+        for _ in range(5):
+            [future] = runner.run([RunnerInput(built.artifact_path, "cpu", ArgInfo.from_prim_func(mod["main"]))])
+            assert future.result().error_msg is None
+            pids += [w._proc.pid for w in runner.pool._worker_map.values()]
+    finally:
+        runner.pool.shutdown(wait=True)
+    assert len(set(pids)) == 3, pids
+
+
+@pytest.mark.tvm
 def test_every_record_is_valid_and_in_the_database(search: dict[str, Any]) -> None:
     [result] = search["results"]
     assert isinstance(result, TaskResult)

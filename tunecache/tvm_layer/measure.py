@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = [
     "DEFAULT_BUILD_TIMEOUT_S",
     "DEFAULT_RUN_TIMEOUT_S",
+    "RUNNER_PROCESS_USES",
     "Measurement",
     "default_build_workers",
     "make_builder",
@@ -54,6 +55,10 @@ __all__ = [
 DEFAULT_BUILD_TIMEOUT_S = 60.0
 #: Seconds one candidate may take to load, fill its inputs and run ``1 + number*repeat`` times.
 DEFAULT_RUN_TIMEOUT_S = 30.0
+#: Candidates a runner's worker process measures before it is replaced by a fresh one: the
+#: worker's memory grows with every candidate (23 GB after ~10,000 on 1024^3 matmuls and 3x3
+#: convolutions, docs/NOTES.md session 14); a restart costs ~2.5 s, ~1% of 1,000 measurements.
+RUNNER_PROCESS_USES = 1000
 
 _ARTIFACT_NAME = "tvm_tmp_mod.tar"
 _BUILDER_CLASS: Any = None
@@ -291,6 +296,7 @@ def make_runner(
     repeat: int = 1,
     min_repeat_ms: int = 0,
     enable_cpu_cache_flush: bool = False,
+    process_uses: int | None = RUNNER_PROCESS_USES,
 ) -> Runner:
     """Create MetaSchedule's ``LocalRunner`` with a short, steady evaluator configuration.
 
@@ -302,12 +308,14 @@ def make_runner(
         ``EvaluatorConfig`` fields. The defaults (3 runs averaged, one repeat, no minimum
         duration) cost ~0.05 s per candidate here and were less noisy on a 2-core machine than
         MetaSchedule's default ``min_repeat_ms=100`` (0.2 s per candidate).
+    process_uses
+        Candidates the worker process measures before a fresh one replaces it (``None``: never).
 
     Returns
     -------
     Runner
         A ``LocalRunner``. It starts its one worker process now (~2.5 s, an ``import tvm``
-        without tensor intrinsics) and reuses it for every later ``run()``. Candidates that fail
+        without tensor intrinsics) and reuses it for the next ``process_uses`` candidates. Candidates that fail
         to run come back as ``RunnerResult(None, error_msg)``.
 
     Raises
@@ -340,7 +348,26 @@ def make_runner(
             f"could not start MetaSchedule's LocalRunner worker process: {err}. Check that "
             f"`{sys.executable} -m tvm.exec.popen_worker` can start (TVM installed, memory free)"
         ) from err
+    if process_uses is not None:
+        _recycle_after(runner, max(1, int(process_uses)))
     return runner
+
+
+def _recycle_after(runner: Any, uses: int) -> None:
+    """Make ``runner``'s pool replace its worker process every ``uses`` candidates.
+
+    ``PopenPoolExecutor(maximum_process_uses=...)`` does this, but ``LocalRunner`` makes its pool
+    without it and starts the worker at once (its sanity check), so the bound is set on the pool
+    and on the worker already started. A TVM whose pool has other fields is left as it is.
+    """
+    pool = getattr(runner, "pool", None)
+    if pool is None or not hasattr(pool, "_maximum_process_uses"):
+        return
+    pool._maximum_process_uses = uses
+    for worker in list(getattr(pool, "_worker_map", {}).values()):
+        if hasattr(worker, "_maximum_uses") and hasattr(worker, "_remaining_uses"):
+            worker._maximum_uses = uses
+            worker._remaining_uses = uses
 
 
 @dataclass(frozen=True)
