@@ -235,7 +235,7 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
     from tunecache.search.gradient.training import read_store, start_model
 
     out: dict[str, TaskOutcome] = {}
-    started: tuple[Any, Any, Any] | None = None  # the model, rows and neighbours, read once a tiled task comes
+    started: tuple[Any, Any, Any, Any] | None = None  # model, rows, neighbours, limits: once a tiled task comes
     base = 0
     for s in specs:
         try:
@@ -246,8 +246,8 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
             continue
         if started is None:
             sample = read_store(ctx.store, ctx.hardware)
-            started = (*start_model(rows=sample.rows, seed=ctx.seed or 0), sample.tilings)
-        model, rows, neighbours = started
+            started = (*start_model(rows=sample.rows, seed=ctx.seed or 0), sample.tilings, host_limits(ctx.target))
+        model, rows, neighbours, limits = started
         if stop_requested():
             raise Interrupted(base)
         if ctx.deadline is not None and time.time() >= ctx.deadline:
@@ -260,7 +260,7 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
                                   max_trials=budgets[s.node], database=db, model=model, store_rows=rows,
                                   seed=ctx.seed or 0, progress=_offset(ctx.progress, base, sum(budgets.values())),
                                   task_name=f"gradient search: {s.name}", spaces=spaces, neighbours=neighbours,
-                                  limits=host_limits(ctx.target))
+                                  limits=limits)
         except TunecacheError:
             raise
         except Exception as err:  # noqa: BLE001 - a sketch it cannot handle: the evolutionary search takes the task
