@@ -132,17 +132,13 @@ def training_rows(mod_rows: list[tuple[Any, list[tuple[Any, float]]]], target: A
 
 def neighbours(mod_rows: list[tuple[Any, list[tuple[Any, float]]]]) -> list[Any]:
     """The best measured tiling of each other workload and sketch (a warm store's neighbours)."""
+    from tunecache.search.gradient.starts import best_tilings
     from tunecache.search.gradient.training import trace_tiling
 
     cache: dict[Any, Any] = {}
-    best: dict[tuple[int, str], Any] = {}
-    for i, (mod, pairs) in enumerate(mod_rows):
-        for trace, lat in pairs:
-            t = trace_tiling(trace, lat, mod, cache)
-            key = (i, f"{t.structure}/{t.write_kind}") if t is not None else None
-            if t is not None and key is not None and (key not in best or t.log_cost < best[key].log_cost):
-                best[key] = t
-    return list(best.values())
+    tilings = ((i, trace_tiling(trace, lat, mod, cache)) for i, (mod, pairs) in enumerate(mod_rows)
+               for trace, lat in pairs)
+    return list(best_tilings(((i, t.structure, t.write_kind), t) for i, t in tilings if t is not None))
 
 
 def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner: Any,

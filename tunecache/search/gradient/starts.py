@@ -13,13 +13,13 @@ the outermost level takes the rest, every tile a divisor. :func:`neighbour_start
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tunecache.search.gradient.space import TiledSpace
 
-__all__ = ["NEIGHBOURS", "Tiling", "carry", "neighbour_starts", "tiling_of"]
+__all__ = ["NEIGHBOURS", "Tiling", "best_tilings", "carry", "neighbour_starts", "tiling_of"]
 
 #: Stored neighbours a sketch starts from at most.
 NEIGHBOURS = 3
@@ -68,6 +68,15 @@ def tiling_of(space: TiledSpace, decisions: dict[int, Any], latency_s: float) ->
                   math.log(latency_s) - space.work)
 
 
+def best_tilings(keyed: Iterable[tuple[Hashable, Tiling]]) -> tuple[Tiling, ...]:
+    """The lowest-cost :class:`Tiling` of each key (a workload and its sketch), in first-seen order."""
+    best: dict[Hashable, Tiling] = {}
+    for key, t in keyed:
+        if key not in best or t.log_cost < best[key].log_cost:
+            best[key] = t
+    return tuple(best.values())
+
+
 def _same_shape(tiling: Tiling, space: TiledSpace) -> bool:
     return tiling.structure == space.structure and len(tiling.axes) == len(space.axes) and all(
         (sp, lv) == (ax.spatial, ax.levels) for (sp, lv, _), ax in zip(tiling.axes, space.axes, strict=True))
@@ -101,6 +110,8 @@ def neighbour_starts(space: TiledSpace, tilings: Sequence[Tiling], *, k: int = N
     and, when the neighbour's sketch has as many categorical sites, its categorical choices;
     distinct starts only, nearest first.
     """
+    from tunecache.search.narrow.align import decisions_key
+
     near = sorted((t for t in tilings if _same_shape(t, space)), key=lambda t: (_distance(t, space), t.log_cost))
     cat_sites = _categorical_sites(space)
     out: list[dict[int, Any]] = []
@@ -117,7 +128,7 @@ def neighbour_starts(space: TiledSpace, tilings: Sequence[Tiling], *, k: int = N
             for site, choice in zip(cat_sites, t.categorical, strict=True):
                 if 0 <= choice < space.skeleton.sites[site].n:
                     d[site] = choice
-        key = str(sorted((i, str(v)) for i, v in d.items()))
+        key = decisions_key(space.skeleton.digest, d)
         if key not in seen:
             seen.add(key)
             out.append(d)

@@ -21,7 +21,7 @@ import numpy as np
 from tunecache.errors import InvalidRecordError
 from tunecache.search.gradient.model import CostModel
 from tunecache.search.gradient.space import FEATURE_VERSION, N_FEATURES, TiledSpace, tiled_space
-from tunecache.search.gradient.starts import Tiling, tiling_of
+from tunecache.search.gradient.starts import Tiling, best_tilings, tiling_of
 
 __all__ = ["MIN_STORE_ROWS", "SHIPPED_MODEL", "SHIPPED_ROWS", "StoreSample", "read_store", "shipped_model",
            "shipped_rows", "start_model", "store_rows", "trace_row", "trace_tiling"]
@@ -128,7 +128,7 @@ def read_store(store: Any, hardware: Any, *, limit: int = STORE_ROWS,
     reads: dict[Any, Any] = {}
     xs: list[np.ndarray] = []
     ys: list[float] = []
-    best: dict[tuple[Any, str], Tiling] = {}
+    keyed: list[tuple[Any, Tiling]] = []
     for scanned, rec in enumerate(store.iter_records(hardware=hardware, valid_only=True, newest_first=True)):
         if len(xs) >= limit or scanned >= 4 * limit:  # a store of millions is never read whole
             break
@@ -150,11 +150,10 @@ def read_store(store: Any, hardware: Any, *, limit: int = STORE_ROWS,
         xs.append(space.feature_values(sk.decisions))
         ys.append(math.log(rec.latency_s) - space.work)
         tiling = tiling_of(space, sk.decisions, rec.latency_s)
-        key = (rec.workload, sk.digest)
-        if tiling is not None and (key not in best or tiling.log_cost < best[key].log_cost):
-            best[key] = tiling
+        if tiling is not None:
+            keyed.append(((rec.workload, sk.digest), tiling))
     rows = (np.array(xs), np.array(ys)) if xs else (np.zeros((0, N_FEATURES)), np.zeros(0))
-    return StoreSample(rows, tuple(best.values()))
+    return StoreSample(rows, best_tilings(keyed))
 
 
 def store_rows(store: Any, hardware: Any, *, limit: int = STORE_ROWS) -> tuple[np.ndarray, np.ndarray]:
