@@ -275,6 +275,32 @@ def test_the_shipped_model_ranks_its_shipped_rows() -> None:
     assert np.corrcoef(*rank)[0, 1] > 0.6
 
 
+def test_a_round_measures_one_point_per_start_before_ranking_the_rest() -> None:
+    """With a diverse share, the round's first picks come from distinct starts (rank order inside
+    each), a point that does not materialize does not use up its start, and the rest go by rank;
+    with none the round is the top of the ranking. (A stand-in materializer keeps it exact; the
+    search tests run the real one.)"""
+    from types import SimpleNamespace
+
+    from tunecache.search.gradient.search import _select
+
+    class Materializer:
+        def __init__(self, refuse: set[int]) -> None:
+            self.refuse = refuse
+
+        def materialize_new(self, skeleton: Any, full: dict[int, Any]) -> Any:
+            return None if full[0] in self.refuse else full[0]
+
+    spaces = [SimpleNamespace(skeleton=None)]
+    # points 0..3 descend from start "a", 4 from "b" (refused by TVM), 5 from "b", 6 from "c"
+    origins = ["a", "a", "a", "a", "b", "b", "c"]
+    pool = [(float(i), 0, {0: i}, f"0|{o}") for i, o in enumerate(origins)]
+    ranked = _select(Materializer({4}), spaces, pool, want=4, diverse=0)
+    assert [c for _, _, c in ranked] == [0, 1, 2, 3]
+    diverse = _select(Materializer({4}), spaces, pool, want=4, diverse=3)
+    assert [c for _, _, c in diverse] == [0, 5, 6, 1]
+
+
 def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, target: Any) -> None:
     from tunecache.search.gradient import gradient_search
     from tunecache.tvm_layer import ms

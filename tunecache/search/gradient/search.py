@@ -16,8 +16,10 @@ One round:
    SIMD width, and, when asked, working sets past the L1 and L2 caches); every few steps the
    point is rounded to tiles that divide.
 3. **Selection**: the rounded points are de-duplicated, ranked by the model, replayed and
-   postprocessed (a candidate TVM rejects is counted and skipped), and the ``round_size`` best
-   are built and measured, like any other search's candidates (and committed to ``database``).
+   postprocessed (a candidate TVM rejects is counted and skipped), and ``round_size`` of them
+   are built and measured, like any other search's candidates (and committed to ``database``):
+   first the best of each start's descent (:data:`DIVERSE_SHARE` of the round), then the best
+   of the rest by rank.
 4. **Refinement**: the model is fitted again on the store's rows and the task's measurements
    (the task's weighted up).
 
@@ -52,6 +54,9 @@ LOCAL_FROM = 2
 #: (the best predicted of them): a store's program for a similar shape is evidence the model
 #: may not have learned yet.
 FORCED_NEIGHBOURS = 2
+#: Share of a round's measurements given to the best prediction of each distinct start's descent
+#: before the rest go by rank: the model's top 16 otherwise tend to be one basin's variations.
+DIVERSE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -197,6 +202,28 @@ def _categorical_choices(space: TiledSpace) -> list[tuple[int, int]]:
     return [(i, s.n) for i, s in space.skeleton.sites.items() if s.kind == "categorical"]
 
 
+def _select(state: Any, spaces: list[TiledSpace], pool: list[tuple[float, int, dict[int, Any], str]],
+            want: int, diverse: int) -> list[tuple[int, dict[int, Any], Any]]:
+    """Materialize a round's candidates from the ranked ``pool``: first, in rank order, the best
+    point of each start not yet drawn from, until ``diverse`` are chosen; then the rest by rank.
+    Points TVM does not replay, or that were measured before, are skipped."""
+    chosen: list[tuple[int, dict[int, Any], Any]] = []
+    tried: set[int] = set()
+    origins: set[str] = set()
+    for first in (True, False):
+        for i, (_, si, full, origin) in enumerate(pool):
+            if len(chosen) >= (diverse if first else want):
+                break
+            if i in tried or (first and origin in origins):
+                continue
+            tried.add(i)
+            cand = state.materialize_new(spaces[si].skeleton, full)
+            if cand is not None:
+                origins.add(origin)
+                chosen.append((si, full, cand))
+    return chosen
+
+
 def gradient_search(
     mod: Any,
     target: Any,
@@ -218,6 +245,7 @@ def gradient_search(
     spaces: list[TiledSpace] | None = None,
     neighbours: Sequence[Tiling] = (),
     limits: Limits | None = None,
+    diverse_share: float = DIVERSE_SHARE,
 ) -> GradientResult:
     """Tune one task by gradient descent on a differentiable cost model.
 
@@ -260,6 +288,9 @@ def gradient_search(
     limits
         The CPU's limits the descents are penalised past; :func:`host_limits` of ``target`` if
         ``None``.
+    diverse_share
+        Share of each round measured one per start (the best prediction of each descent, in rank
+        order) before the rest of the round goes by rank alone; 0 ranks the whole round.
 
     Returns
     -------
@@ -299,8 +330,9 @@ def gradient_search(
     while state.trials < max_trials and not stop_requested():  # Ctrl-C: after the round in flight
         rounds += 1
         t_model = time.perf_counter()
-        pool: list[tuple[float, int, dict[int, Any]]] = []  # (prediction, space, decisions)
-        carried: list[tuple[float, int, dict[int, Any]]] = []  # stored neighbours' carried tiles
+        # (prediction, space, decisions, origin): origin names the start a point descended from
+        pool: list[tuple[float, int, dict[int, Any], str]] = []
+        carried: list[tuple[float, int, dict[int, Any], str]] = []  # stored neighbours' carried tiles
         seen_round: set[str] = set()
         for si, space in enumerate(spaces):
             base = dict(space.skeleton.decisions)
@@ -317,7 +349,7 @@ def gradient_search(
                 for d in neighbour_starts(space, neighbours):
                     begin.append(d)
                     pred = float(model.predict(space.feature_values(d))[0]) if trained else pyrng.random()
-                    carried.append((pred, si, d))
+                    carried.append((pred, si, d, f"{si}|n{len(carried)}"))
             for _ in range(n_starts):
                 d = dict(base)
                 d.update(space.round(space.random_point(rng)))
@@ -332,8 +364,8 @@ def gradient_search(
                 key = _key(si, d)
                 if key not in seen_round:
                     seen_round.add(key)
-                    pool.append((float(model.predict(space.feature_values(d))[0]), si, d))
-            for d in begin:
+                    pool.append((float(model.predict(space.feature_values(d))[0]), si, d, f"{si}|local"))
+            for bi, d in enumerate(begin):
                 if not all(ax.site in d for ax in space.axes):
                     continue
                 points = [space.round(space.point(d))]
@@ -348,7 +380,7 @@ def gradient_search(
                         continue
                     seen_round.add(key)
                     pred = float(model.predict(space.feature_values(full))[0]) if trained else pyrng.random()
-                    pool.append((pred, si, full))
+                    pool.append((pred, si, full, f"{si}|{bi}"))
         proposed += len(pool)
         pool.sort(key=lambda t: t[0])
         carried.sort(key=lambda t: t[0])
@@ -357,13 +389,7 @@ def gradient_search(
         pool = pool[:1] + carried[:FORCED_NEIGHBOURS] + pool[1:]
         model_s += time.perf_counter() - t_model
         want = min(round_size, max_trials - state.trials)
-        chosen: list[tuple[int, dict[int, Any], Any]] = []
-        for _, si, full in pool:
-            if len(chosen) >= want:
-                break
-            cand = state.materialize_new(spaces[si].skeleton, full)
-            if cand is not None:
-                chosen.append((si, full, cand))
+        chosen = _select(state, spaces, pool, want, round(want * diverse_share))
         if not chosen:
             break  # the space is exhausted (every rounded point seen)
         if not trained:
