@@ -143,13 +143,15 @@ def neighbours(mod_rows: list[tuple[Any, list[tuple[Any, float]]]]) -> list[Any]
 
 def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner: Any,
              rows: tuple[Any, Any] | None, shipped: bool = True, near: list[Any] | None = None,
-             penalty: float = 1.0, cache_penalty: float = 0.0, diverse: float | None = None) -> dict[str, Any]:
+             penalty: float = 1.0, cache_penalty: float = 0.0, diverse: float | None = None,
+             own_share: float | None = None) -> dict[str, Any]:
     """One gradient search started as :func:`tunecache.search.gradient.training.start_model` starts
     it (``rows`` standing for the store's, ``near`` for its neighbours), or from a fresh model
     (``shipped=False``); ``penalty`` and ``cache_penalty`` weigh the CPU's limits (0: none);
-    ``diverse`` is the round's share measured one per start (``None``: the search's default)."""
+    ``diverse`` is the round's share measured one per start, ``own_share`` the least share of the
+    refit's weight on the task's own measurements (``None``: the search's defaults)."""
     from tunecache.search.gradient import gradient_search
-    from tunecache.search.gradient.search import DIVERSE_SHARE, host_limits
+    from tunecache.search.gradient.search import DIVERSE_SHARE, OWN_SHARE, host_limits
     from tunecache.search.gradient.training import start_model
 
     t0 = time.perf_counter()
@@ -162,7 +164,8 @@ def gradient(mod: Any, target: Any, budget: int, seed: int, builder: Any, runner
     res = gradient_search(mod, target, builder=builder, runner=runner, max_trials=budget, model=model,
                           store_rows=rows, seed=seed, progress=lambda p: events.append((p.total_trials, p.elapsed_s)),
                           neighbours=near or (), limits=limits,
-                          diverse_share=DIVERSE_SHARE if diverse is None else diverse)
+                          diverse_share=DIVERSE_SHARE if diverse is None else diverse,
+                          own_share=OWN_SHARE if own_share is None else own_share)
     secs = [s + pretrain_s for s in _seconds_per_trial(events, len(res.curve))]
     return {"curve": list(res.curve), "seconds": secs, "rounds": res.rounds, "cold_rounds": res.cold_rounds,
             "failed_replay": res.failed_replay, "model_seconds": round(res.model_seconds + pretrain_s, 2)}
@@ -230,6 +233,8 @@ def main() -> int:
                     help="weight of the descent's L1/L2 working-set penalties (default 0: off, as in the library)")
     ap.add_argument("--diverse", type=float, default=None,
                     help="share of each gradient round measured one per start (default: the search's)")
+    ap.add_argument("--own-share", type=float, default=None,
+                    help="least share of the refit's weight on the task's own measurements (default: the search's)")
     ap.add_argument("--json", default="")
     ap.add_argument("--plot", default="")
     ap.add_argument("--replot", default="", metavar="JSON", help="only draw --plot from this run's JSON")
@@ -257,7 +262,7 @@ def main() -> int:
     mods = {spec: workload(spec) for spec in args.workload}
     out: dict[str, Any] = {"cpu": host_fingerprint().cpu_model or "unknown", "target": str(target),
                            "budget": args.budget, "seeds": args.seeds, "within": WITHIN, "penalty": args.penalty,
-                           "cache_penalty": args.cache_penalty, "diverse": args.diverse,
+                           "cache_penalty": args.cache_penalty, "diverse": args.diverse, "own_share": args.own_share,
                            "load_before": os.getloadavg(), "workloads": {}}
     builder, runner = make_builder(), make_runner()
 
@@ -285,7 +290,8 @@ def main() -> int:
                     if arm in arms:
                         runs[spec][arm].append(gradient(mod, target, args.budget, seed, builder, fresh(), None,
                                                         shipped=arm == "gradient", penalty=args.penalty,
-                                                        cache_penalty=args.cache_penalty, diverse=args.diverse))
+                                                        cache_penalty=args.cache_penalty, diverse=args.diverse,
+                                                        own_share=args.own_share))
                         print(f"{spec} seed {seed} {arm}: {runs[spec][arm][-1]['curve'][-1] * 1e3:.4f} ms",
                               file=sys.stderr)
                 if "gradient_warm" in arms:
@@ -294,7 +300,7 @@ def main() -> int:
                     near = neighbours(others)
                     r = gradient(mod, target, args.budget, seed, builder, fresh(), rows, near=near,
                                  penalty=args.penalty, cache_penalty=args.cache_penalty,
-                                 diverse=args.diverse)
+                                 diverse=args.diverse, own_share=args.own_share)
                     r["store_rows"] = 0 if rows is None else len(rows[0])
                     r["neighbours"] = len(near)
                     runs[spec]["gradient_warm"].append(r)

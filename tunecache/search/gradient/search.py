@@ -17,9 +17,9 @@ One round:
    point is rounded to tiles that divide.
 3. **Selection**: the rounded points are de-duplicated, ranked by the model, replayed and
    postprocessed (a candidate TVM rejects is counted and skipped), and ``round_size`` of them
-   are built and measured, like any other search's candidates (and committed to ``database``):
-   first the best of each start's descent (:data:`DIVERSE_SHARE` of the round), then the best
-   of the rest by rank.
+   are built and measured, like any other search's candidates (and committed to ``database``),
+   best prediction first (optionally the best of each start's descent first:
+   :data:`DIVERSE_SHARE`).
 4. **Refinement**: the model is fitted again on the store's rows and the task's measurements
    (the task's weighted up).
 
@@ -48,6 +48,9 @@ __all__ = ["GradientResult", "Limits", "gradient_search", "host_limits"]
 
 #: Weight of the task's own measurements against a store row when the model is refined.
 OWN_WEIGHT = 8.0
+#: Least share of the refit's total weight the task's own measurements carry (their weight grows
+#: past ``OWN_WEIGHT`` as the store's rows outnumber them); 0: ``OWN_WEIGHT`` alone.
+OWN_SHARE = 0.0
 #: The best measured programs of each sketch whose one-move neighbours join a round's ranking.
 LOCAL_FROM = 2
 #: Stored neighbours' carried tiles measured in the first round whatever the model predicts
@@ -55,8 +58,10 @@ LOCAL_FROM = 2
 #: may not have learned yet.
 FORCED_NEIGHBOURS = 2
 #: Share of a round's measurements given to the best prediction of each distinct start's descent
-#: before the rest go by rank: the model's top 16 otherwise tend to be one basin's variations.
-DIVERSE_SHARE = 0.5
+#: before the rest go by rank. 0: measured worse at the end. On the Zen 5 of ``docs/gradient.md``
+#: (3 tasks x 3 seeds, 128 trials) a share of 0.5 helped some tasks after 32 trials but ended
+#: 1.03-1.09x worse on every task than ranking the whole round.
+DIVERSE_SHARE = 0.0
 
 
 @dataclass(frozen=True)
@@ -246,6 +251,7 @@ def gradient_search(
     neighbours: Sequence[Tiling] = (),
     limits: Limits | None = None,
     diverse_share: float = DIVERSE_SHARE,
+    own_share: float = OWN_SHARE,
 ) -> GradientResult:
     """Tune one task by gradient descent on a differentiable cost model.
 
@@ -291,6 +297,9 @@ def gradient_search(
     diverse_share
         Share of each round measured one per start (the best prediction of each descent, in rank
         order) before the rest of the round goes by rank alone; 0 ranks the whole round.
+    own_share
+        Least share of the refit's total weight the task's own measurements carry against
+        ``store_rows`` (below 1); 0 weighs each of them :data:`OWN_WEIGHT` times a store row.
 
     Returns
     -------
@@ -307,6 +316,9 @@ def gradient_search(
 
     if max_trials < 1 or round_size < 1:
         raise ConfigError(f"max_trials and round_size must be >= 1 (got {max_trials}, {round_size})")
+    if not 0.0 <= own_share < 1.0 or not 0.0 <= diverse_share <= 1.0:
+        raise ConfigError(f"own_share must be in [0, 1) and diverse_share in [0, 1] "
+                          f"(got {own_share}, {diverse_share})")
     spaces = tiled_spaces(mod, target) if spaces is None else spaces
     if not spaces:
         raise ConfigError("the task has no multi-level tiling sketch for the gradient search to descend on "
@@ -406,8 +418,10 @@ def gradient_search(
             curve.append(best)
         if own_x:  # refit on the store's rows and the task's own
             t_model = time.perf_counter()
-            xs, ys, ws = np.array(own_x), np.array(own_y), np.full(len(own_x), OWN_WEIGHT)
-            if store_rows is not None and len(store_rows[0]):
+            n_store = 0 if store_rows is None else len(store_rows[0])
+            w_own = max(OWN_WEIGHT, own_share / (1.0 - own_share) * n_store / len(own_x))
+            xs, ys, ws = np.array(own_x), np.array(own_y), np.full(len(own_x), w_own)
+            if n_store and store_rows is not None:
                 xs = np.vstack([store_rows[0], xs])
                 ys = np.concatenate([store_rows[1], ys])
                 ws = np.concatenate([np.ones(len(store_rows[0])), ws])
