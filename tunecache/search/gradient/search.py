@@ -49,7 +49,9 @@ __all__ = ["GradientResult", "Limits", "gradient_search", "host_limits"]
 #: Weight of the task's own measurements against a store row when the model is refined.
 OWN_WEIGHT = 8.0
 #: Least share of the refit's total weight the task's own measurements carry (their weight grows
-#: past ``OWN_WEIGHT`` as the store's rows outnumber them); 0: ``OWN_WEIGHT`` alone.
+#: past ``OWN_WEIGHT`` as the store's rows outnumber them); 0: ``OWN_WEIGHT`` alone. Measured on
+#: the Zen 5 of ``docs/gradient.md`` (2 tasks x 3 seeds, 128 trials, the shipped rows as the
+#: store's): 0.5 ended 1.09x worse on BERT's dense, whose stall it was meant to lift, 0.98x on a conv.
 OWN_SHARE = 0.0
 #: The best measured programs of each sketch whose one-move neighbours join a round's ranking.
 LOCAL_FROM = 2
@@ -59,8 +61,8 @@ LOCAL_FROM = 2
 FORCED_NEIGHBOURS = 2
 #: Share of a round's measurements given to the best prediction of each distinct start's descent
 #: before the rest go by rank. 0: measured worse at the end. On the Zen 5 of ``docs/gradient.md``
-#: (3 tasks x 3 seeds, 128 trials) a share of 0.5 helped some tasks after 32 trials but ended
-#: 1.03-1.09x worse on every task than ranking the whole round.
+#: (3 tasks x 3 seeds, 128 trials) a share of 0.5 was ahead on 2 of 3 tasks after 16 trials but
+#: ended 1.05-1.15x worse on all 3 (medians) than ranking the whole round.
 DIVERSE_SHARE = 0.0
 
 
