@@ -301,6 +301,14 @@ def test_a_round_measures_one_point_per_start_before_ranking_the_rest() -> None:
     assert [c for _, _, c in diverse] == [0, 5, 6, 1]
 
 
+@pytest.mark.parametrize("bad", [{"own_share": 1.0}, {"own_share": -0.1}, {"diverse_share": 1.5}])
+def test_search_refuses_shares_out_of_range(bad: dict[str, float]) -> None:
+    from tunecache.search.gradient import gradient_search
+
+    with pytest.raises(ConfigError, match="own_share must be in"):
+        gradient_search(None, None, builder=None, runner=None, max_trials=4, **bad)
+
+
 def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, target: Any) -> None:
     from tunecache.search.gradient import gradient_search
     from tunecache.tvm_layer import ms
