@@ -3,6 +3,7 @@
     python tools/bench_gradient.py --workload matmul:512,512,512 --workload conv2d:1,56,56,64,64,3,3,1,1 \
         --budget 256 --seeds 3 --json out.json [--plot out.png]
     python tools/bench_gradient.py --replot out.json --plot out.png
+    python tools/bench_gradient.py --model resnet18 --model bert_base --trials-per-task 32 --json out.json
 
 Workloads: ``matmul:M,N,K``, ``bmm:B,M,N,K`` and ``conv2d:N,H,W,CI,CO,KH,KW,STRIDE,PAD`` (NHWC data,
 HWIO weights: how tunecache lays convolutions out on CPU). For every workload and seed, with the
@@ -28,6 +29,11 @@ each search needed to come within 1/0.9 of the best latency any arm found for th
 (``best_ms``), the warm arm's first-round best against its final best, and every curve. Latencies
 are the searches' own measurements. Prints JSON; ``--plot`` draws best latency against trials
 (median and range over seeds) per workload.
+
+``--model NAME`` (a ``tunecache.zoo`` name, repeatable) compiles whole models instead, what the
+default search governs: ``tunecache.compile(search=...)`` from an empty store with each search at
+``--trials-per-task``, per seed, then the two compiled models timed in alternating rounds.
+Reported per model: tuning wall seconds, trials, and the median latency of each (key ``models``).
 """
 
 from __future__ import annotations
@@ -221,6 +227,50 @@ def plot(out: dict[str, Any], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def whole_model(name: str, trials: int, seed: int, rounds: int = 6, calls: int = 10) -> dict[str, Any]:
+    """Compile zoo model ``name`` with each search from an empty store, then time both compiled
+    models alternately (``rounds`` turns of ``calls`` calls each, order swapped every turn)."""
+    import numpy as np
+    import torch
+
+    import tunecache
+    from tunecache import zoo
+
+    zm = zoo.get(name)
+    out: dict[str, Any] = {"trials_per_task": trials, "seed": seed}
+    compiled = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for search in ("evolutionary", "gradient"):
+            t0 = time.perf_counter()
+            cm = tunecache.compile(zm.module, example_inputs=zm.example_inputs, store=os.path.join(tmp, f"{search}.db"),
+                                   trials_per_task=trials, seed=seed, progress=False, search=search,
+                                   library_cache=False)
+            out[search] = {"tune_s": round(time.perf_counter() - t0, 1), "trials": cm.report.trials,
+                           "tasks": len(cm.report.tasks),
+                           "gradient_tasks": sum("(gradient)" in (t.note or "") for t in cm.report.tasks)}
+            compiled[search] = cm
+            print(f"{name} seed {seed} {search}: {out[search]}", file=sys.stderr)
+    x = zm.example_inputs
+    np.testing.assert_allclose(compiled["gradient"](*x).numpy(), compiled["evolutionary"](*x).numpy(),
+                               rtol=1e-3, atol=1e-3)
+    times: dict[str, list[float]] = {s: [] for s in compiled}
+    with torch.no_grad():
+        for s in compiled:
+            compiled[s](*x)  # warm-up
+        for r in range(rounds):
+            for s in (list(compiled) if r % 2 == 0 else list(compiled)[::-1]):
+                for _ in range(calls):
+                    t0 = time.perf_counter()
+                    compiled[s](*x)
+                    times[s].append(time.perf_counter() - t0)
+    for s, ts in times.items():
+        out[s]["latency_ms"] = round(statistics.median(ts) * 1e3, 4)
+    out["gradient_over_evolutionary"] = {
+        "latency": out["gradient"]["latency_ms"] / out["evolutionary"]["latency_ms"],
+        "tune_s": out["gradient"]["tune_s"] / out["evolutionary"]["tune_s"]}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", action="append", default=[], help="KIND:DIMS (repeatable)")
@@ -235,6 +285,9 @@ def main() -> int:
                     help="share of each gradient round measured one per start (default: the search's)")
     ap.add_argument("--own-share", type=float, default=None,
                     help="least share of the refit's weight on the task's own measurements (default: the search's)")
+    ap.add_argument("--model", action="append", default=[],
+                    help="a tunecache.zoo model compiled whole with each search (repeatable)")
+    ap.add_argument("--trials-per-task", type=int, default=32, help="with --model: trials of each task")
     ap.add_argument("--json", default="")
     ap.add_argument("--plot", default="")
     ap.add_argument("--replot", default="", metavar="JSON", help="only draw --plot from this run's JSON")
@@ -245,8 +298,23 @@ def main() -> int:
         with open(args.replot, encoding="utf-8") as f:
             plot(json.load(f), args.plot)
         return 0
+    if args.model:
+        from tunecache.tvm_layer.target import host_fingerprint
+
+        if args.trials_per_task < 1 or args.seeds < 1:
+            ap.error("--trials-per-task and --seeds must be >= 1")
+        doc: dict[str, Any] = {"cpu": host_fingerprint().cpu_model or "unknown", "load_before": os.getloadavg(),
+                               "models": {m: [whole_model(m, args.trials_per_task, s) for s in range(args.seeds)]
+                                          for m in args.model}}
+        doc["load_after"] = os.getloadavg()
+        text = json.dumps(doc, indent=1)
+        print(text)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text)
+        return 0
     if not args.workload:
-        ap.error("give at least one --workload KIND:DIMS")
+        ap.error("give at least one --workload KIND:DIMS (or --model NAME)")
     arms = [a for a in args.arms.split(",") if a]
     if not arms or set(arms) - set(ARMS):
         ap.error(f"--arms: choose from {','.join(ARMS)}")
