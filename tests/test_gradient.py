@@ -330,6 +330,24 @@ def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, t
     assert len(db.get_all_tuning_records()) == 6
 
 
+def test_search_past_its_deadline_runs_one_round_and_stops(tvm: Any, target: Any) -> None:
+    """A time budget spent (``compile(time_budget_s=...)``'s deadline): the first round runs, so
+    the task gets a program, and no second one starts."""
+    import time
+
+    from tunecache.search.gradient import gradient_search
+    from tunecache.tvm_layer.measure import make_builder, make_runner
+
+    builder, runner = make_builder(max_workers=1), make_runner()
+    try:
+        res = gradient_search(te_matmul(tvm, 32, 64, 48), target, builder=builder, runner=runner, max_trials=9,
+                              round_size=3, n_starts=2, steps=4, seed=0, deadline=time.time())
+    finally:
+        builder.close()
+        runner.pool.shutdown(wait=True)
+    assert res.rounds == 1 and res.trials == 3 and res.best_latency_s is not None
+
+
 def test_search_measures_a_stored_neighbours_carried_program_in_its_first_round(tvm: Any, target: Any) -> None:
     """A store's program of a smaller matmul, read back as a neighbour, is carried to a larger one
     and measured in the first round (before the model would have picked it)."""

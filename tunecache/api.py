@@ -235,9 +235,10 @@ def compile(  # noqa: A001 - the product's verb
     max_variants
         With ``dynamic=True``: how many shapes are kept compiled (least recently used evicted).
     search
-        The search of tasks with nothing to reuse: ``"evolutionary"`` (MetaSchedule's, the
-        default) or ``"gradient"`` (:mod:`tunecache.search.gradient`: descent on a cost model the
-        store trains; tasks without a multi-level tiling still get the evolutionary search).
+        The search of tasks with nothing to reuse: ``"gradient"`` (the default,
+        :mod:`tunecache.search.gradient`: descent on a cost model the store trains; tasks without
+        a multi-level tiling still get the evolutionary search) or ``"evolutionary"``
+        (MetaSchedule's, for every task).
         The report's notes say which ran.
 
     Returns

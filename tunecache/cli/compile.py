@@ -138,8 +138,8 @@ def register(sub: Any) -> None:
                    help="wall-clock budget of all tuning")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--search", choices=SEARCHES, default=DEFAULT_SEARCH,
-                   help="search of tasks with nothing to reuse: evolutionary (MetaSchedule's, default) or "
-                        "gradient (descent on a cost model the store trains)")
+                   help="search of tasks with nothing to reuse: gradient (descent on a cost model the store "
+                        "trains; default) or evolutionary (MetaSchedule's)")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write the compiled model: PATH.so a shared library, PATH.tar its object files")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

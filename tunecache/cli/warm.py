@@ -83,7 +83,7 @@ def register(sub: Any) -> None:
     w.add_argument("--dry-run", action="store_true", help="print the plan and estimated trials only")
     w.add_argument("--seed", type=int, default=None)
     w.add_argument("--search", choices=SEARCHES, default=DEFAULT_SEARCH,
-                   help="search of tasks with nothing to reuse: evolutionary (default) or gradient")
+                   help="search of tasks with nothing to reuse: gradient (default) or evolutionary")
     w.add_argument("--plot", metavar="PNG", default=None,
                    help="write a plot of trials over time to this .png (none by default)")
     w.add_argument("--json", action="store_true")

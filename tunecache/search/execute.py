@@ -228,7 +228,8 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
     (:func:`tunecache.search.gradient.training.start_model`), and every task's measurements refine
     it for the next; each task starts from the store's programs of similar tasks too
     (:func:`tunecache.search.gradient.training.read_store`). Records are committed like the
-    evolutionary search's (provenance ``tuned``). Stops between tasks after ``ctx.deadline`` or a stop request.
+    evolutionary search's (provenance ``tuned``). After ``ctx.deadline`` no task starts and a task's
+    search starts no new round; nor after a stop request.
     """
     from tunecache.search.gradient import gradient_search, tiled_spaces
     from tunecache.search.gradient.search import host_limits
@@ -260,7 +261,7 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
                                   max_trials=budgets[s.node], database=db, model=model, store_rows=rows,
                                   seed=ctx.seed or 0, progress=_offset(ctx.progress, base, sum(budgets.values())),
                                   task_name=f"gradient search: {s.name}", spaces=spaces, neighbours=neighbours,
-                                  limits=limits)
+                                  limits=limits, deadline=ctx.deadline)
         except TunecacheError:
             raise
         except Exception as err:  # noqa: BLE001 - a sketch it cannot handle: the evolutionary search takes the task

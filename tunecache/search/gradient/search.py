@@ -254,6 +254,7 @@ def gradient_search(
     limits: Limits | None = None,
     diverse_share: float = DIVERSE_SHARE,
     own_share: float = OWN_SHARE,
+    deadline: float | None = None,
 ) -> GradientResult:
     """Tune one task by gradient descent on a differentiable cost model.
 
@@ -302,6 +303,9 @@ def gradient_search(
     own_share
         Least share of the refit's total weight the task's own measurements carry against
         ``store_rows`` (below 1); 0 weighs each of them :data:`OWN_WEIGHT` times a store row.
+    deadline
+        A ``time.time()`` after which no new round starts (the round in flight finishes), or
+        ``None``: ``compile``'s and ``warm``'s ``time_budget_s``.
 
     Returns
     -------
@@ -342,6 +346,8 @@ def gradient_search(
     from tunecache.interrupt import stop_requested
 
     while state.trials < max_trials and not stop_requested():  # Ctrl-C: after the round in flight
+        if deadline is not None and time.time() >= deadline and rounds > 0:
+            break  # the time budget: no new round (the first always runs: a started task gets a program)
         rounds += 1
         t_model = time.perf_counter()
         # (prediction, space, decisions, origin): origin names the start a point descended from
