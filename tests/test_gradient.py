@@ -348,6 +348,27 @@ def test_search_past_its_deadline_runs_one_round_and_stops(tvm: Any, target: Any
     assert res.rounds == 1 and res.trials == 3 and res.best_latency_s is not None
 
 
+def test_a_capped_full_search_with_the_gradient_search_spends_no_more_than_its_cap(tvm: Any, target: Any,
+                                                                                   tmp_path: Any) -> None:
+    """``search_full(max_total=...)`` (a warm's room, a top-up's time left) with the gradient
+    search: two tasks of 4 trials each under a cap of 5 spend at most 5, and both get an outcome
+    (the second, left no trials, reports the spent budget)."""
+    from tunecache.search.execute import NodeSpec, search_context, search_full
+    from tunecache.store import open_store
+    from tunecache.tvm_layer.convert import workload_of
+    from tunecache.tvm_layer.target import hardware_key
+
+    mods = [te_matmul(tvm, 32, 64, 48), te_matmul(tvm, 16, 32, 64)]
+    specs = [NodeSpec(f"n{i}", f"mm{i}", workload_of(m)[0], m, 1.0, 1.0) for i, m in enumerate(mods)]
+    store = open_store(str(tmp_path / "cap.db"))
+    with search_context(target, store, hardware_key(target), full_trials=4, reuse_trials=0, seed=0,
+                        search="gradient") as ctx:
+        out = search_full(specs, ctx, max_total=5)
+    assert [o.node for o in out] == ["n0", "n1"]
+    assert sum(o.trials for o in out) <= 5 and out[0].trials == 4
+    assert out[1].trials <= 1 and all(o.note for o in out)
+
+
 def test_search_measures_a_stored_neighbours_carried_program_in_its_first_round(tvm: Any, target: Any) -> None:
     """A store's program of a smaller matmul, read back as a neighbour, is carried to a larger one
     and measured in the first round (before the model would have picked it)."""

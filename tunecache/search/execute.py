@@ -178,19 +178,23 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
     todo = [s for s in specs if budgets[s.node] > 0] if total > 0 else []
     searched = {s.node for s in todo}
     done: dict[str, TaskOutcome] = {}
+
+    def unsearched(s: NodeSpec) -> TaskOutcome:
+        latency = _best_latency(ctx, s.key)
+        why = "budget already spent (resumed)" if budgets[s.node] == 0 else "the plan's trial budget is spent"
+        return TaskOutcome(s.node, s.name, s.key, "tuned" if latency is not None and not ctx.fresh else "fallback",
+                           note=why, latency_s=latency)
+
     for s in specs:
         if s.node not in searched:
-            latency = _best_latency(ctx, s.key)
-            why = "budget already spent (resumed)" if budgets[s.node] == 0 else "the plan's trial budget is spent"
-            done[s.node] = TaskOutcome(s.node, s.name, s.key,
-                                       "tuned" if latency is not None and not ctx.fresh else "fallback",
-                                       note=why, latency_s=latency)
+            done[s.node] = unsearched(s)
     if todo and ctx.search == "gradient":
-        graded = search_gradient(todo, budgets, ctx, note=note)
+        graded = search_gradient(todo, budgets, ctx, note=note, max_total=total)
         done.update(graded)
         todo = [s for s in todo if s.node not in graded]
         total -= sum(o.trials for o in graded.values())
-        if total <= 0:
+        if total <= 0:  # the gradient search spent the run's cap: the rest are not searched
+            done.update((s.node, unsearched(s)) for s in todo)
             todo = []
     if todo:
         db = make_database(ctx.store, ctx.hardware, ctx.target, provenance=_prov(ctx.hardware, "tuned"),
@@ -219,10 +223,11 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
 
 
 def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: SearchContext, *,
-                    note: str = "full search") -> dict[str, TaskOutcome]:
+                    note: str = "full search", max_total: int | None = None) -> dict[str, TaskOutcome]:
     """Gradient search of each of ``specs`` that has a multi-level tiling sketch, with its budget,
-    one after another; outcomes by node (the others, and any the gradient search raised on, are
-    left out, for the evolutionary search).
+    one after another, ``max_total`` trials at most in all; outcomes by node (the others, those
+    the cap left no trials, and any the gradient search raised on are left out, for the
+    evolutionary search).
 
     The cost model starts from the shipped one refitted on the store's records for the hardware
     (:func:`tunecache.search.gradient.training.start_model`), and every task's measurements refine
@@ -253,13 +258,18 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
             raise Interrupted(base)
         if ctx.deadline is not None and time.time() >= ctx.deadline:
             break
+        trials = budgets[s.node] if max_total is None else min(budgets[s.node], max_total - base)
+        if trials < 1:
+            break
         db = make_database(ctx.store, ctx.hardware, ctx.target, provenance=_prov(ctx.hardware, "tuned"),
                            names={s.key.shash: s.name})
         t0 = time.time()
         try:
             res = gradient_search(s.mod, ctx.target, builder=ctx.builder, runner=ctx.runner,
-                                  max_trials=budgets[s.node], database=db, model=model, store_rows=rows,
-                                  seed=ctx.seed or 0, progress=_offset(ctx.progress, base, sum(budgets.values())),
+                                  max_trials=trials, database=db, model=model, store_rows=rows,
+                                  seed=ctx.seed or 0,
+                                  progress=_offset(ctx.progress, base,
+                                                   sum(budgets.values()) if max_total is None else max_total),
                                   task_name=f"gradient search: {s.name}", spaces=spaces, neighbours=neighbours,
                                   limits=limits, deadline=ctx.deadline)
         except TunecacheError:
