@@ -304,8 +304,9 @@ def gradient_search(
         Least share of the refit's total weight the task's own measurements carry against
         ``store_rows`` (below 1); 0 weighs each of them :data:`OWN_WEIGHT` times a store row.
     deadline
-        A ``time.time()`` after which no new round starts (the round in flight finishes), or
-        ``None``: ``compile``'s and ``warm``'s ``time_budget_s``.
+        A ``time.time()`` after which no new round starts (the round in flight finishes; the
+        first round always runs): how ``compile``'s and ``warm``'s ``time_budget_s`` reach it.
+        ``None``: no deadline.
 
     Returns
     -------
