@@ -229,7 +229,7 @@ def plot(out: dict[str, Any], path: str) -> None:
 
 def whole_model(name: str, trials: int, seed: int, rounds: int = 6, calls: int = 10) -> dict[str, Any]:
     """Compile zoo model ``name`` with each search from an empty store, then time both compiled
-    models alternately (``rounds`` turns of ``calls`` calls each, order swapped every turn)."""
+    models alternately (``_engines.alternate``: ``rounds`` rounds of ``calls`` calls an arm)."""
     import numpy as np
     import torch
 
@@ -253,16 +253,10 @@ def whole_model(name: str, trials: int, seed: int, rounds: int = 6, calls: int =
     x = zm.example_inputs
     np.testing.assert_allclose(compiled["gradient"](*x).numpy(), compiled["evolutionary"](*x).numpy(),
                                rtol=1e-3, atol=1e-3)
-    times: dict[str, list[float]] = {s: [] for s in compiled}
+    from _engines import alternate  # the engines benchmark's timing protocol: rotated turns, a settle call
+
     with torch.no_grad():
-        for s in compiled:
-            compiled[s](*x)  # warm-up
-        for r in range(rounds):
-            for s in (list(compiled) if r % 2 == 0 else list(compiled)[::-1]):
-                for _ in range(calls):
-                    t0 = time.perf_counter()
-                    compiled[s](*x)
-                    times[s].append(time.perf_counter() - t0)
+        times, _ = alternate({s: (lambda cm=cm: cm(*x)) for s, cm in compiled.items()}, rounds, calls, gap=0.0)
     for s, ts in times.items():
         out[s]["latency_ms"] = round(statistics.median(ts) * 1e3, 4)
     out["gradient_over_evolutionary"] = {
