@@ -92,10 +92,7 @@ def guess_family(name: str, shapes: Sequence[Sequence[int]] = ()) -> str:
             family = fam
             break
     if family == "conv2d" and len(shapes) >= 2 and len(shapes[0]) == 4 and len(shapes[1]) == 4:
-        data, weight = shapes[0], shapes[1]
-        channels = data[1]
-        if weight[1] == 1 and channels > 1 and weight[0] % channels == 0:
-            family = "depthwise_conv2d"
+        family = _conv2d_family(shapes[0], shapes[1])
     if family == "matmul" and len(shapes) >= 2:
         a, b = shapes[0], shapes[1]
         batch_b = 1
@@ -104,6 +101,24 @@ def guess_family(name: str, shapes: Sequence[Sequence[int]] = ()) -> str:
         if len(a) >= 3 and len(b) >= 3 and batch_b > 1:
             family = "batch_matmul"
     return family
+
+
+def _conv2d_family(data: Sequence[int], weight: Sequence[int]) -> str:
+    """``depthwise_conv2d`` for one input channel per group, in NCHW/OIHW (the frontends') or
+    NHWC/HWIO (tunecache's CPU layout), else ``conv2d``.
+
+    >>> _conv2d_family((1, 32, 56, 56), (32, 1, 3, 3)), _conv2d_family((1, 56, 56, 32), (3, 3, 1, 32))
+    ('depthwise_conv2d', 'depthwise_conv2d')
+    >>> _conv2d_family((1, 56, 56, 32), (3, 3, 32, 64)), _conv2d_family((1, 32, 56, 56), (64, 32, 3, 3))
+    ('conv2d', 'conv2d')
+    """
+    if weight[1] == data[1]:  # OIHW with every input channel in one group
+        return "conv2d"
+    if weight[1] == 1 and data[1] > 1 and weight[0] % data[1] == 0:  # OIHW, one channel a group
+        return "depthwise_conv2d"
+    if weight[2] == 1 and data[3] > 1 and weight[3] % data[3] == 0:  # HWIO, one channel a group
+        return "depthwise_conv2d"
+    return "conv2d"
 
 
 def _describe(name: str, mod: tvm.IRModule) -> WorkloadDesc:
