@@ -64,6 +64,7 @@ def _progress_lines(stderr: str) -> list[tuple[int, int, float]]:
     (["warm", "small_cnn", "--reuse-budget", "0"], "--reuse-budget"),
     (["compile", "small_cnn", "--trials-per-task", "0"], "--trials-per-task"),
     (["compile", "small_cnn", "--budget", "eight"], "--trials-per-task"),
+    (["compile", "small_cnn", "--reuse-budget", "0"], "--reuse-budget"),
     (["plan", "small_cnn", "--budget", "0"], "--budget"),
     (["compile", "small_cnn", "--time-budget", "0"], "--time-budget"),
 ])

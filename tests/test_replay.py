@@ -71,6 +71,24 @@ def test_auto_reuses_the_other_models_program(warm: tuple[str, Any], tmp_path: P
     np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
 
 
+def test_reuse_trials_bounds_the_narrowed_search(warm: tuple[str, Any], tmp_path: Path) -> None:
+    import sqlite3
+
+    from tunecache.errors import ConfigError
+
+    db, _source = warm
+    mine = str(tmp_path / "copy.db")
+    with sqlite3.connect(db) as src, sqlite3.connect(mine) as dst:
+        src.backup(dst)
+    with pytest.raises(ConfigError, match="reuse_trials"):
+        tunecache.compile(relax_matmul_relu(32, 64, 48), store=mine, reuse_trials=0, progress=False)
+    # The default at 16 trials a full search would be 4; the narrowed search is held to 2.
+    cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=mine, trials_per_task=16, reuse_trials=2, seed=1,
+                           progress=False, escalate_below=0)
+    (task,) = cm.report.tasks
+    assert task.outcome == "reused" and 0 < task.trials <= 2, task
+
+
 def test_a_replay_that_cannot_be_adapted_is_predicted_with_the_reason(
         warm: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     from tunecache.search.narrow import replay

@@ -220,7 +220,7 @@ def summarize(report: Any) -> dict[str, Any]:
 
 
 def compile_arm(model: Any, inputs: Any, store: Path, *, tune: str, budget: int, seed: int,
-                progress: bool, predict: bool = True) -> tuple[Any, dict[str, Any]]:
+                progress: bool, predict: bool = True, reuse: int | None = None) -> tuple[Any, dict[str, Any]]:
     """``tunecache.compile`` into the store at ``store``; ``predict=False`` switches the predicted
     rung off (a miss with nothing to replay then gets TVM's default schedule)."""
     import tunecache
@@ -234,7 +234,7 @@ def compile_arm(model: Any, inputs: Any, store: Path, *, tune: str, budget: int,
     try:
         t0 = time.time()
         cm = tunecache.compile(model, example_inputs=inputs, store=url(store), tune=tune, trials_per_task=budget,
-                               seed=seed, progress=progress, library_cache=False)
+                               reuse_trials=reuse, seed=seed, progress=progress, library_cache=False)
         wall = time.time() - t0
     finally:
         if real is not None:
@@ -627,7 +627,8 @@ def run_model(spec: str, args: argparse.Namespace, warm_db: Path, work: Path) ->
                 cm, info = topk_arm(model, inputs, sqlite_copy(warm_db, work / f"{s}-topk.db"), keep=topk_records)
             elif arm == "tunecache":
                 cm, info = compile_arm(model, inputs, sqlite_copy(warm_db, work / f"{s}-tunecache.db"), tune="auto",
-                                       budget=args.budget, seed=args.seed, progress=args.progress)
+                                       budget=args.budget, seed=args.seed, progress=args.progress,
+                                       reuse=args.reuse_budget)
             else:
                 cm, info = compile_arm(model, inputs, fresh(work / f"{s}-full.db"), tune=args.full_tune,
                                        budget=args.budget, seed=args.seed, progress=args.progress)
@@ -674,7 +675,7 @@ def run_model(spec: str, args: argparse.Namespace, warm_db: Path, work: Path) ->
         if ref_arm == "full":
             info["tuning_time_vs_full"] = ratio(info.get("seconds_tuning"), refd.get("seconds_tuning"))
             info["trials_vs_full"] = ratio(info.get("trials"), refd.get("trials"))
-    r = default_reuse_trials(args.budget)
+    r = args.reuse_budget or default_reuse_trials(args.budget)
     tc, full = res["arms"].get("tunecache"), res["arms"].get("full")
     if tc is not None and "counts" in tc:
         res["bound"] = bound_of(tc, full if full is not None and "counts" in full else None, args.budget, r)
@@ -823,6 +824,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", nargs="+", default=DEFAULT_NEW, metavar="MODEL",
                     help="new models compiled against it (default: %(default)s)")
     ap.add_argument("--budget", type=int, default=128, help="trials per full search, B (default: %(default)s)")
+    ap.add_argument("--reuse-budget", type=int, default=None, metavar="R",
+                    help="most trials of a narrowed search in the tunecache arm (default: tunecache's, B/4)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating latency rounds (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=0,
                     help="search seed of warm, full and tunecache (default: %(default)s)")
@@ -856,7 +859,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out: dict[str, Any] = {
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]), "budget": args.budget,
-        "reuse_budget": default_reuse_trials(args.budget), "rounds": args.rounds, "seed": args.seed,
+        "reuse_budget": args.reuse_budget or default_reuse_trials(args.budget), "rounds": args.rounds,
+        "seed": args.seed,
         "machine": machine(), "warm": None, "models": [],
     }
 

@@ -143,18 +143,18 @@ class CompiledModel:
 
 @overload
 def compile(model: Any, target: Any = ..., *, example_inputs: Any = ..., store: Any = ..., overlay: Any = ...,
-            tune: str = ..., trials_per_task: int = ..., time_budget_s: float | None = ..., seed: int | None = ...,
-            work_dir: Any = ..., progress: bool = ..., escalate_below: float | None = ..., library_cache: Any = ...,
-            name: str | None = ..., dynamic: Literal[False] = ..., max_variants: int = ...,
-            search: str = ...) -> CompiledModel: ...
+            tune: str = ..., trials_per_task: int = ..., reuse_trials: int | None = ...,
+            time_budget_s: float | None = ..., seed: int | None = ..., work_dir: Any = ..., progress: bool = ...,
+            escalate_below: float | None = ..., library_cache: Any = ..., name: str | None = ...,
+            dynamic: Literal[False] = ..., max_variants: int = ..., search: str = ...) -> CompiledModel: ...
 
 
 @overload
 def compile(model: Any, target: Any = ..., *, example_inputs: Any = ..., store: Any = ..., overlay: Any = ...,
-            tune: str = ..., trials_per_task: int = ..., time_budget_s: float | None = ..., seed: int | None = ...,
-            work_dir: Any = ..., progress: bool = ..., escalate_below: float | None = ..., library_cache: Any = ...,
-            name: str | None = ..., dynamic: Literal[True], max_variants: int = ...,
-            search: str = ...) -> DynamicModel: ...
+            tune: str = ..., trials_per_task: int = ..., reuse_trials: int | None = ...,
+            time_budget_s: float | None = ..., seed: int | None = ..., work_dir: Any = ..., progress: bool = ...,
+            escalate_below: float | None = ..., library_cache: Any = ..., name: str | None = ...,
+            dynamic: Literal[True], max_variants: int = ..., search: str = ...) -> DynamicModel: ...
 
 
 def compile(  # noqa: A001 - the product's verb
@@ -166,6 +166,7 @@ def compile(  # noqa: A001 - the product's verb
     overlay: str | os.PathLike[str] | BaseStore | None = None,
     tune: str = "auto",
     trials_per_task: int = DEFAULT_TRIALS_PER_TASK,
+    reuse_trials: int | None = None,
     time_budget_s: float | None = None,
     seed: int | None = None,
     work_dir: str | os.PathLike[str] | None = None,
@@ -206,6 +207,10 @@ def compile(  # noqa: A001 - the product's verb
         search).
     trials_per_task
         Trial budget per missed task.
+    reuse_trials
+        Most trials of one narrowed search (a task ``reused`` from a similar program); default a
+        quarter of ``trials_per_task``, at least 4 (:func:`tunecache.config.default_reuse_trials`).
+        A search that escalates to full search still stops at ``trials_per_task``.
     time_budget_s
         Wall-clock budget for all tuning of this call. Time the plan leaves (its narrowed
         searches stop when they stop improving) goes to more full search of the tasks it tuned
@@ -259,6 +264,8 @@ def compile(  # noqa: A001 - the product's verb
     if tune not in TUNE_MODES:
         raise ConfigError(f"tune={tune!r} is not one of {TUNE_MODES}")
     check_trials("trials_per_task", trials_per_task)
+    if reuse_trials is not None:
+        check_trials("reuse_trials", reuse_trials)
     search = check_search("search", search)
     time_budget_s = check_seconds("time_budget_s", time_budget_s)
     if dynamic:
@@ -267,7 +274,8 @@ def compile(  # noqa: A001 - the product's verb
 
         def compile_variant(inputs: tuple[Any, ...]) -> CompiledModel:
             return compile(model, target, example_inputs=inputs, store=shared, tune=tune,
-                           trials_per_task=trials_per_task, time_budget_s=time_budget_s, seed=seed,
+                           trials_per_task=trials_per_task, reuse_trials=reuse_trials, time_budget_s=time_budget_s,
+                           seed=seed,
                            work_dir=work_dir, progress=progress, escalate_below=escalate_below,
                            library_cache=library_cache, name=name, search=search)
 
@@ -290,9 +298,9 @@ def compile(  # noqa: A001 - the product's verb
 
     def run(mode: str) -> CompiledModel:
         executable, library_path, report = compile_model(
-            imported, tgt, hw, st, tune=mode, trials_per_task=trials_per_task, time_budget_s=time_budget_s,
-            seed=seed, work_dir=work_dir, progress=progress, escalate_below=escalate_below, cache=cache,
-            model_name=label, search=search)
+            imported, tgt, hw, st, tune=mode, trials_per_task=trials_per_task, reuse_trials=reuse_trials,
+            time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress,
+            escalate_below=escalate_below, cache=cache, model_name=label, search=search)
         again = "background" if mode == "background" else "never"
         return CompiledModel(executable, imported, tgt, report, library_path, recompile=lambda: run(again),
                              store=st, hardware=hw)

@@ -155,7 +155,8 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
 
 
 def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
-                  time_budget_s: float | None = None, seed: int | None = None, work_dir: Any = None,
+                  reuse_trials: int | None = None, time_budget_s: float | None = None, seed: int | None = None,
+                  work_dir: Any = None,
                   progress: bool = True, escalate_below: float | None = None,
                   cache: Any = None, model_name: str = "",
                   search: str = DEFAULT_SEARCH) -> tuple[Any, Path | None, Any]:
@@ -170,12 +171,13 @@ def compile_model(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tu
 
     with gc_paused():  # all but a search (tunecache.gcpause)
         return _ladder(imported, target, hw, store, tune=tune, trials_per_task=trials_per_task,
-                       time_budget_s=time_budget_s, seed=seed, work_dir=work_dir, progress=progress,
+                       reuse_trials=reuse_trials, time_budget_s=time_budget_s, seed=seed, work_dir=work_dir,
+                       progress=progress,
                        escalate_below=escalate_below, cache=cache, model_name=model_name, search_kind=search)
 
 
 def _ladder(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: str, trials_per_task: int,
-            time_budget_s: float | None, seed: int | None, work_dir: Any, progress: bool,
+            reuse_trials: int | None, time_budget_s: float | None, seed: int | None, work_dir: Any, progress: bool,
             escalate_below: float | None, cache: Any, model_name: str,
             search_kind: str = DEFAULT_SEARCH) -> tuple[Any, Path | None, Any]:
     """:func:`compile_model`'s steps, in order."""
@@ -203,7 +205,8 @@ def _ladder(imported: Any, target: Any, hw: HardwareKey, store: Any, *, tune: st
     if misses and tune in ("auto", "always"):                                         # 2-3. plan, search
         library.commit_workloads(misses, store)
         with gc_running(), _progress(progress, time_budget_s) as printer:
-            result = search(misses, target, store, hw, trials_per_task=trials_per_task, reuse=tune != "always",
+            result = search(misses, target, store, hw, trials_per_task=trials_per_task, reuse_trials=reuse_trials,
+                            reuse=tune != "always",
                             escalate_below=escalate_below, time_budget_s=time_budget_s, seed=seed,
                             work_dir=work_dir, progress=printer, hits=[t for t in tasks if t.key not in miss_keys],
                             search_kind=search_kind)

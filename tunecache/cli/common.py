@@ -106,6 +106,12 @@ def add_budget(p: argparse.ArgumentParser, *flags: str, what: str) -> None:
                    help=f"{what} (default: {DEFAULT_TRIALS_PER_TASK})")
 
 
+def add_reuse_budget(p: argparse.ArgumentParser) -> None:
+    """Add ``--reuse-budget``, the most trials of one narrowed search (``reuse_trials``)."""
+    p.add_argument("--reuse-budget", type=trials, default=None, metavar="N",
+                   help="most trials of one narrowed search (default: a quarter of --budget, at least 4)")
+
+
 def add_output_options(p: argparse.ArgumentParser, top: bool = False) -> None:
     """Add ``-q``, ``-v`` and ``--debug`` (accepted before or after the subcommand)."""
     default: Any = {} if top else {"default": argparse.SUPPRESS}

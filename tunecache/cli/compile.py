@@ -11,6 +11,7 @@ from tunecache.cli.common import (
     add_budget,
     add_db,
     add_output_options,
+    add_reuse_budget,
     reads_named_store,
     seconds,
     store_line,
@@ -70,6 +71,7 @@ def _cmd_compile(a: argparse.Namespace) -> int:
         tune=a.tune,
         name=name,
         trials_per_task=a.budget,
+        reuse_trials=a.reuse_budget,
         time_budget_s=a.time_budget,
         seed=a.seed,
         progress=not a.quiet,
@@ -134,6 +136,7 @@ def register(sub: Any) -> None:
                         "programs); background: as never, and queue the misses for `tunecache worker`; "
                         "always: re-tune every task")
     add_budget(p, "--trials-per-task", "--budget", what="trials of one task's search")
+    add_reuse_budget(p)
     p.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
                    help="wall-clock budget of all tuning")
     p.add_argument("--seed", type=int, default=None)

@@ -6,7 +6,14 @@ import argparse
 import sys
 from typing import Any
 
-from tunecache.cli.common import add_budget, add_db, add_output_options, reads_named_store, target_flag, trials
+from tunecache.cli.common import (
+    add_budget,
+    add_db,
+    add_output_options,
+    add_reuse_budget,
+    reads_named_store,
+    target_flag,
+)
 
 __all__ = ["register"]
 
@@ -61,8 +68,7 @@ def register(sub: Any) -> None:
                    help="consider bridge operators (default: on)")
     add_budget(p, "--budget", "--full-trials",
                what="trials of one full search (the cost of tuning a task from scratch)")
-    p.add_argument("--reuse-budget", type=trials, default=None, metavar="N",
-                   help="most trials of one narrowed search (default: a quarter of --budget, at least 4)")
+    add_reuse_budget(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON (every node names its source)")
     add_output_options(p)
     p.set_defaults(fn=_cmd_plan)

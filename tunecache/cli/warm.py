@@ -6,7 +6,15 @@ import argparse
 import sys
 from typing import Any
 
-from tunecache.cli.common import add_budget, add_db, add_output_options, seconds, store_line, target_flag, trials
+from tunecache.cli.common import (
+    add_budget,
+    add_db,
+    add_output_options,
+    add_reuse_budget,
+    seconds,
+    store_line,
+    target_flag,
+)
 from tunecache.config import DEFAULT_SEARCH, SEARCHES
 
 __all__ = ["register"]
@@ -76,8 +84,7 @@ def register(sub: Any) -> None:
     w.add_argument("--address", default=None, help="Ray cluster address ('auto' joins a running one)")
     w.add_argument("--runner", default=None, metavar="rpc://HOST:PORT/KEY", help="measure through a TVM RPC tracker")
     add_budget(w, "--budget", what="trials of one task's full search")
-    w.add_argument("--reuse-budget", type=trials, default=None, metavar="N",
-                   help="most trials of one narrowed search (default: a quarter of --budget, at least 4)")
+    add_reuse_budget(w)
     w.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS")
     w.add_argument("--bridges", action=argparse.BooleanOptionalAction, default=True)
     w.add_argument("--dry-run", action="store_true", help="print the plan and estimated trials only")

@@ -10,11 +10,11 @@ from tunecache.cli.common import (
     add_budget,
     add_db,
     add_output_options,
+    add_reuse_budget,
     at_least_one,
     seconds,
     store_line,
     target_flag,
-    trials,
 )
 
 __all__ = ["register"]
@@ -56,8 +56,7 @@ def register(sub: Any) -> None:
     w.add_argument("--target", default=None, help="tune the tasks queued for this target (default: this host's CPU)")
     add_db(w)
     add_budget(w, "--budget", "--trials-per-task", what="trials of one task's full search")
-    w.add_argument("--reuse-budget", type=trials, default=None, metavar="N",
-                   help="most trials of one narrowed search (default: a quarter of --budget, at least 4)")
+    add_reuse_budget(w)
     w.add_argument("--batch", type=at_least_one, default=16, metavar="N",
                    help="tasks planned together, highest priority first (default 16)")
     w.add_argument("--max-tasks", type=at_least_one, default=None, metavar="N", help="exit after N tasks")
