@@ -825,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="new models compiled against it (default: %(default)s)")
     ap.add_argument("--budget", type=int, default=128, help="trials per full search, B (default: %(default)s)")
     ap.add_argument("--reuse-budget", type=int, default=None, metavar="R",
-                    help="most trials of a narrowed search in the tunecache arm (default: tunecache's, B/4)")
+                    help="most trials of a narrowed search in the tunecache arm (default: tunecache's own)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating latency rounds (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=0,
                     help="search seed of warm, full and tunecache (default: %(default)s)")

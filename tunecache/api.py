@@ -209,7 +209,8 @@ def compile(  # noqa: A001 - the product's verb
         Trial budget per missed task.
     reuse_trials
         Most trials of one narrowed search (a task ``reused`` from a similar program); default a
-        quarter of ``trials_per_task``, at least 4 (:func:`tunecache.config.default_reuse_trials`).
+        quarter of ``trials_per_task``, at most 8 or a tenth of it, at least 4
+        (:func:`tunecache.config.default_reuse_trials`).
         A search that escalates to full search still stops at ``trials_per_task``.
     time_budget_s
         Wall-clock budget for all tuning of this call. Time the plan leaves (its narrowed

@@ -63,14 +63,22 @@ DEFAULT_TRIALS_PER_TASK = 32
 
 
 def default_reuse_trials(full_trials: int) -> int:
-    """Trials of a narrowed (reuse) search when none is given: a quarter of a full search's, at least 4.
+    """Trials of a narrowed (reuse) search when none is given: a quarter of a full search's, but no
+    more than 8 or a tenth of it, whichever is larger; at least 4.
+
+    A narrowed search's round 0 (the source's programs replayed and the task's predicted program,
+    :func:`tunecache.search.execute.search_reuse`) is where most of what it finds comes from. At
+    128 trials a full search (BERT at 64 and 256 tokens from a store tuned at 128, AMD Zen 5,
+    ``tools/bench_newmodel.py``) 12 trials a reused task gave 0.94x and 1.00x the full search's
+    model latency; a quarter (32) gave 1.05x and 1.14x in an earlier run (docs/newmodel.md).
 
     Examples
     --------
-    >>> default_reuse_trials(32), default_reuse_trials(8)
-    (8, 4)
+    >>> [default_reuse_trials(b) for b in (8, 16, 32, 64, 128, 256)]
+    [4, 4, 8, 8, 12, 25]
     """
-    return max(4, int(full_trials) // 4)
+    b = int(full_trials)
+    return max(4, min(b // 4, max(8, b // 10)))
 
 
 def check_trials(name: str, value: object) -> int:

@@ -129,8 +129,9 @@ def warm(
     store
         Store URL, path or object (default ``$TUNECACHE_DB`` / the user cache file).
     full_trials, reuse_trials
-        Budgets of a full search and of a narrowed reuse search (default: a quarter of
-        ``full_trials``, at least 4). No task gets more than ``full_trials`` trials, so the warm
+        Budgets of a full search and of a narrowed reuse search (default:
+        :func:`tunecache.config.default_reuse_trials`: a quarter of ``full_trials``, at most 8 or a
+        tenth of it, at least 4). No task gets more than ``full_trials`` trials, so the warm
         spends no more than the most ``dry_run`` reports (``max_trials``, next to the planner's
         estimate: a narrowed search that falls short escalates to a full search).
     time_budget_s

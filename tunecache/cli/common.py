@@ -109,7 +109,8 @@ def add_budget(p: argparse.ArgumentParser, *flags: str, what: str) -> None:
 def add_reuse_budget(p: argparse.ArgumentParser) -> None:
     """Add ``--reuse-budget``, the most trials of one narrowed search (``reuse_trials``)."""
     p.add_argument("--reuse-budget", type=trials, default=None, metavar="N",
-                   help="most trials of one narrowed search (default: a quarter of --budget, at least 4)")
+                   help="most trials of one narrowed search (default: a quarter of --budget, at most 8 or a "
+                        "tenth of it, at least 4)")
 
 
 def add_output_options(p: argparse.ArgumentParser, top: bool = False) -> None:
