@@ -121,3 +121,22 @@ def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, mo
     assert all(o.outcome in ("reused", "tuned") for o in steps.values())
     # the task waiting its turn was never taken
     assert intruder_got and not any(intruder_got), [(st.node, st.source) for st in mp.plan.steps]
+
+
+@pytest.mark.parametrize(("latencies", "kept"), [
+    # calls x latency: a 1.0, b 0.015 (1.5% < 2%), c unknown (kept), d a fallback (never searched again)
+    ({"a": 1e-3, "b": 5e-6, "c": None, "d": 1e-3}, ["a", "c"]),
+    ({"a": 1e-3, "b": 1e-3, "c": None, "d": 1e-3}, ["a", "b", "c"]),
+])
+def test_more_search_goes_to_tasks_worth_two_percent_of_the_time(latencies, kept) -> None:
+    from types import SimpleNamespace
+
+    from tunecache.search.execute import worth_more_search
+    from tunecache.store.keys import WorkloadKey
+    from tunecache.values import TaskOutcome
+
+    weights = {"a": 1, "b": 3, "c": 1, "d": 1}
+    plan = SimpleNamespace(tasks={n: SimpleNamespace(weight=w) for n, w in weights.items()})  # a ModelPlan
+    out = {n: TaskOutcome(n, n, WorkloadKey(str(i)), "fallback" if n == "d" else "tuned", 8, 1.0,
+                          latency_s=latencies[n]) for i, n in enumerate(weights)}
+    assert worth_more_search(plan, out) == kept  # type: ignore[arg-type]

@@ -52,6 +52,7 @@ __all__ = [
     "node_specs",
     "top_up",
     "search_context",
+    "worth_more_search",
 ]
 def _offset(progress: Callable[[Any], None] | None, base: int,
             total: int | None = None) -> Callable[[Any], None] | None:
@@ -453,6 +454,21 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
     return specs
 
 
+#: :func:`top_up` leaves out a task whose share of the searched tasks' time (calls x best
+#: latency) is below this: BERT's fused fast-softmax (0.7% of a 2-layer BERT's) took 168 of a
+#: worker's 204 s there, 7 s of code generation a candidate, for at most 0.7% of the model.
+TOP_UP_MIN_SHARE = 0.02
+
+
+def worth_more_search(mp: ModelPlan, out: dict[str, TaskOutcome], min_share: float = TOP_UP_MIN_SHARE) -> list[str]:
+    """The plan's tuned or reused tasks, in plan order, whose calls x best latency is at least
+    ``min_share`` of all of theirs (a task with no latency is kept: its share is unknown)."""
+    done = [n for n in mp.tasks if n in out and out[n].outcome in ("tuned", "reused")]
+    cost = {n: mp.tasks[n].weight * lat for n in done if (lat := out[n].latency_s)}
+    total = sum(cost.values())
+    return [n for n in done if n not in cost or total <= 0 or cost[n] >= min_share * total]
+
+
 def top_up(mp: ModelPlan, specs: dict[str, NodeSpec], out: dict[str, TaskOutcome],
            ctx: SearchContext, max_total: int | None = None) -> dict[str, TaskOutcome]:
     """Spend what a time budget has left after every step of a plan on one more full search.
@@ -463,12 +479,12 @@ def top_up(mp: ModelPlan, specs: dict[str, NodeSpec], out: dict[str, TaskOutcome
     (resnet18, 200 s: 156-164 s). That time goes to one task-scheduler run over the tasks the plan
     tuned or reused, each weighted by its own calls, each starting from its records in the store
     (evolutionary search seeds its population from them), up to ``ctx.full_trials`` records a
-    task. Returns ``out`` with the trials and seconds of the tasks searched again added to their
+    task. Tasks below :data:`TOP_UP_MIN_SHARE` of the time are left out (:func:`worth_more_search`).
+    Returns ``out`` with the trials and seconds of the tasks searched again added to their
     outcome; the outcome kind (``tuned``/``reused``) and its source stay. ``max_total`` caps the
     search's trials (what the plan has left).
     """
-    tasks = [replace(specs[n], weight=mp.tasks[n].weight) for n in mp.tasks
-             if n in out and out[n].outcome in ("tuned", "reused")]
+    tasks = [replace(specs[n], weight=mp.tasks[n].weight) for n in worth_more_search(mp, out)]
     if not tasks or (max_total is not None and max_total < 1):
         return out
     merged = dict(out)
