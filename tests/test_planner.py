@@ -91,6 +91,21 @@ def test_reuse_costs_follow_the_neighbourhood(tvm) -> None:
     assert q > q2 >= 1.0  # smaller alphas fared worse on this CPU
 
 
+def test_a_far_source_costs_about_a_full_search(tvm) -> None:
+    """A classifier's 1-row matmul reused by a 197-row dense ran 4-5x slower than a near source's
+    program: past 64x the work, reusing is priced above a full search, below 8x not penalized."""
+    from tunecache.reuse.graph import reuse_weight
+    from tunecache.tvm_layer.loopnest import analyze
+
+    head, dense = analyze(te_matmul(tvm, 1, 768, 1000)), analyze(te_matmul(tvm, 197, 768, 2304))
+    near = analyze(te_matmul(tvm, 128, 768, 2304))
+    cm = CostModel()
+    for full in (32.0, 128.0):
+        assert reuse_weight(*reuse_cost(head, dense, cm), full_cost=full) > full
+        assert reuse_weight(*reuse_cost(near, dense, cm), full_cost=full) < full
+    assert reuse_cost(near, dense, cm)[1] < 1.05
+
+
 def test_cli_plan_json_names_every_source(tmp_path) -> None:
     from tunecache.store import open_store
 

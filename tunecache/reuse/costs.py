@@ -106,18 +106,30 @@ def neighbourhood_size(nest: LoopNest, cm: CostModel, seed: int = 0) -> float:
     return statistics.fmean(sizes) + extra
 
 
+#: Doublings of work between source and target beyond which a source is far (8x, as
+#: ``search.execute.FAR_RATIO``).
+FAR_LOG2 = 3.0
+#: Expected quality lost per doubling of work beyond :data:`FAR_LOG2`.
+FAR_PENALTY = 0.25
+
+
 def reuse_cost(beta: LoopNest, alpha: LoopNest, cm: CostModel) -> tuple[float, float]:
     """Return (expected trials, expected quality) of reusing beta's program for alpha.
 
     Quality is the expected latency ratio to a full search of alpha (1.0 = as good). It grows
     with the shape ratio, and more for convolutions and for alphas smaller than beta, as
     measured on this CPU (../shared/REUSE_EVIDENCE.md: zero-trial replay was within 2% for most
-    matmul pairs, 1.12x for the smallest alpha, 1.43x for the two smaller conv alphas).
+    matmul pairs, 1.12x for the smallest alpha, 1.43x for the two smaller conv alphas). Past
+    :data:`FAR_LOG2` doublings of work it grows by :data:`FAR_PENALTY` a doubling more, so that
+    a source some 64x or more away costs a planner about a full search: a classifier's 1-row
+    matmul reused by a 128- or 197-row dense ran 4-5x slower than the dense reused from a near
+    source (BERT, session 11; ViT-B/16, session 16), and escalation, which compares with the
+    source's own low throughput, did not catch it.
     """
     cand = neighbourhood_size(alpha, cm, seed=hash(alpha.extents) & 0xFFFF)
     trials = min(cm.max_reuse_trials, 1.0 + math.ceil(cand * cm.measured_fraction))
     ratio = abs(math.log2(max(alpha.work, 1) / max(beta.work, 1)))
-    quality = 1.0 + 0.02 * ratio
+    quality = 1.0 + 0.02 * ratio + FAR_PENALTY * max(0.0, ratio - FAR_LOG2)
     if alpha.work < beta.work:
         quality += 0.03 * ratio
         if "conv" in alpha.family:
