@@ -71,6 +71,18 @@ def test_auto_reuses_the_other_models_program(warm: tuple[str, Any], tmp_path: P
     np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
 
 
+def test_a_prime_extent_is_predicted_not_replayed(warm: tuple[str, Any]) -> None:
+    """A replay cannot tile a prime loop (ViT's 197 tokens ran 2.8x full search replayed): such
+    a miss gets its predicted program, and the note says why."""
+    db, _source = warm
+    cm = tunecache.compile(relax_matmul_relu(37, 32, 24), store=db, tune="never", progress=False)
+    (task,) = cm.report.tasks
+    assert task.outcome == "predicted" and task.trials == 0, task
+    assert "extent 37 is a prime" in task.note
+    x, w = _inputs(37, 32, 24)
+    np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
 def test_reuse_trials_bounds_the_narrowed_search(warm: tuple[str, Any], tmp_path: Path) -> None:
     import sqlite3
 
