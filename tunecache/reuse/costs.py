@@ -106,8 +106,8 @@ def neighbourhood_size(nest: LoopNest, cm: CostModel, seed: int = 0) -> float:
     return statistics.fmean(sizes) + extra
 
 
-#: Doublings of work between source and target beyond which a source is far (8x, as
-#: ``search.execute.FAR_RATIO``).
+#: Doublings of work between source and target beyond which a source is far (8x; the reports'
+#: ``search.execute.FAR_RATIO`` is derived from it).
 FAR_LOG2 = 3.0
 #: Expected quality lost per doubling of work beyond :data:`FAR_LOG2`.
 FAR_PENALTY = 0.25

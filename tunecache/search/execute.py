@@ -31,6 +31,7 @@ from typing import Any
 from tunecache import config
 from tunecache.errors import Interrupted, TunecacheError, TuningError
 from tunecache.interrupt import stop_requested
+from tunecache.reuse.costs import FAR_LOG2
 from tunecache.reuse.graph import ROOT
 from tunecache.reuse.plan import PlanStep
 from tunecache.reuse.planner import ModelPlan
@@ -361,8 +362,9 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
 
 
 #: A source this many times larger or smaller (in floating-point work) than its target is "far":
-#: fewer of its tile sizes fit, and the report says so.
-FAR_RATIO = 8.0
+#: fewer of its tile sizes fit, and the report says so; the planner prices such a source
+#: worse (:data:`tunecache.reuse.costs.FAR_LOG2`).
+FAR_RATIO = 2.0**FAR_LOG2
 
 
 def _far(source: NodeSpec, target: NodeSpec) -> str:
