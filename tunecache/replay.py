@@ -19,7 +19,6 @@ predicted programs are served, never stored: they were not measured on their tas
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -170,8 +169,10 @@ def _prime_extent(extents: Sequence[int], source: Sequence[int]) -> int | None:
     >>> _prime_extent([197, 768, 768], [128, 768, 768]), _prime_extent([64, 768], [128, 768])
     (197, None)
     """
+    from tunecache.search.gradient.space import prime_factors
+
     for e, s in zip(extents, source, strict=False):
-        if e > PRIME_EXTENT_ABOVE and e != s and all(e % p for p in range(2, math.isqrt(e) + 1)):
+        if e > PRIME_EXTENT_ABOVE and e != s and prime_factors(e) == {e: 1}:
             return int(e)
     return None
 

@@ -267,6 +267,16 @@ def _count_permutes(mod: tvm.IRModule) -> int:
     return n
 
 
+def _mutate_functions(mod: tvm.IRModule, mutator: Any) -> tvm.IRModule:
+    """``mod`` with every Relax function rewritten by ``mutator`` (a ``PyExprMutator`` on ``mod``)."""
+    from tvm import relax
+
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get()
+
+
 def _fast_gelu(mod: tvm.IRModule) -> tvm.IRModule:
     """Write float32 ``nn.gelu`` / ``nn.gelu_tanh`` with TVM's fast ``erf`` / ``tanh``.
 
@@ -297,11 +307,7 @@ def _fast_gelu(mod: tvm.IRModule) -> tvm.IRModule:
                 return self.builder_.call_te(fast[op.name], call.args[0])
             return call
 
-    rewriter = _Gelu(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get()
+    return _mutate_functions(mod, _Gelu(mod))
 
 
 def _has_op(mod: tvm.IRModule, names: Collection[str]) -> bool:
@@ -410,11 +416,7 @@ def _layout_agnostic_activations(mod: tvm.IRModule) -> tvm.IRModule:
             scaled = self.builder_.emit(relax.op.multiply(x, relax.const(alpha, dtype)))
             return relax.op.maximum(x, scaled)
 
-    rewriter = _Rewrite(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get()
+    return _mutate_functions(mod, _Rewrite(mod))
 
 
 def _check_prepared_for(mod: tvm.IRModule, target: tvm.target.Target) -> None:
