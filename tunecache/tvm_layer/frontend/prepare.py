@@ -4,9 +4,11 @@ MetaSchedule tunes (step 2 of :mod:`tunecache.tvm_layer.frontend`).
 
 Pipeline of :func:`prepare_for_tuning` (TVM's own ``static_shape_tuning_pipeline`` with
 ``cpu_weight_prepack``, for weights bound as constants): ``BindParams`` → the target's library
-dispatch passes → ``DecomposeOpsForInference`` (batch norm becomes scale/shift arithmetic that
-fuses into the convolution before it) → on CPU, ``ConvertLayout`` of convolutions to NHWC
-(:data:`CONV_LAYOUTS`) → on CPU, ``FastMathTransform`` (:data:`FAST_MATH`) → ``LegalizeOps`` →
+dispatch passes → inference batch norm after a convolution folded into its weights and bias
+(:func:`_fold_batch_norm`) → ``DecomposeOpsForInference`` (any other batch norm becomes
+scale/shift arithmetic) → on CPU, ``ConvertLayout`` of convolutions to NHWC
+(:data:`CONV_LAYOUTS`) → on CPU, ``FastMathTransform`` (:data:`FAST_MATH`) → on CPU, the columns
+of a matmul by a constant padded to a SIMD multiple (:data:`PAD_COLUMNS`) → ``LegalizeOps`` →
 ``AnnotateTIROpPattern`` → ``FoldConstant`` (with weights bound, weight transposes and bias
 reshapes are computed once here instead of being tasks) → ``FuseOps`` → ``FuseTIR`` → on CPU, weights marked layout-free
 (:data:`WEIGHT_PREPACK`). :func:`~tunecache.tvm_layer.frontend.building.build` applies the
@@ -36,6 +38,7 @@ __all__ = [
     "CONV_LAYOUTS",
     "FAST_MATH",
     "WEIGHT_PREPACK",
+    "PAD_COLUMNS",
     "prepare_for_tuning",
     "is_prepared",
     "model_hash",
@@ -91,6 +94,39 @@ FAST_MATH: frozenset[str] = frozenset({"llvm"})
 #: into the constants once.
 WEIGHT_PREPACK: frozenset[str] = frozenset({"llvm"})
 
+#: Target kinds on which a matmul by a constant whose column count ``N`` is not a multiple of
+#: :data:`COLUMN_ALIGN_BELOW` computes ``N`` rounded up to :func:`padded_columns` columns (zero
+#: weights) and slices the result (:func:`_pad_matmul_columns`). MetaSchedule tiles a loop by
+#: divisors of its extent only, so GPT-2's LM head (50,257 = 29 x 1733 columns) could be
+#: vectorized by 29 or 1733 at best: its full search at 128 trials reached 142 GMAC/s where the
+#: model's 768- and 3072-column layers reached 250 (docs/newmodel.md, session 17).
+PAD_COLUMNS: frozenset[str] = frozenset({"llvm"})
+
+#: Column counts that are multiples of this are left as they are: every x86 float32 vector
+#: (8 lanes in AVX2) divides them.
+COLUMN_ALIGN_BELOW = 8
+
+
+def padded_columns(n: int) -> int:
+    """The column count a matmul by a constant with ``n`` columns computes (:data:`PAD_COLUMNS`).
+
+    ``n`` itself when it is a multiple of :data:`COLUMN_ALIGN_BELOW` or when padding would add
+    more than an eighth of the work; else ``n`` rounded up to a multiple of 16 (an AVX-512
+    float32 vector), or of 64 from 4,096 columns on, whose quotient has more divisors for the
+    outer tiles (50,257 -> 50,304 = 2^7 x 3 x 131, 0.09% more work).
+    """
+    if n % COLUMN_ALIGN_BELOW == 0:
+        return n
+    multiple = 64 if n >= 4096 else 16
+    padded = -(-n // multiple) * multiple
+    return padded if 8 * (padded - n) <= n else n
+
+
+#: The model rewrites :func:`prepare_for_tuning` applies, by name, in :func:`model_hash`'s digest:
+#: a rewrite added or changed gets a new name here, so the tasks a library cache remembers for a
+#: model (``tunecache.libcache``) are not those of an older preparation.
+_REWRITES = ("fold_batch_norm", "layout_agnostic_activations", "fast_gelu", "pad_matmul_columns")
+
 
 def _bind(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
     if not params:
@@ -105,7 +141,8 @@ def model_hash(imported: ImportedModel | tvm.IRModule, target: TargetLike = None
 
     A digest of the imported module with its weights bound (TVM's structural hash covers
     constant data: BERT-base's 440 MB in ~0.25 s) and of the preparation settings for the
-    target's kind (:data:`CONV_LAYOUTS`, :data:`FAST_MATH`, :data:`WEIGHT_PREPACK`). Equal
+    target's kind (:data:`CONV_LAYOUTS`, :data:`FAST_MATH`, :data:`WEIGHT_PREPACK`,
+    :data:`PAD_COLUMNS`). Equal
     digests give equal prepared modules, hence equal tasks, with the same TVM and tunecache.
     """
     import hashlib
@@ -125,6 +162,8 @@ def model_hash(imported: ImportedModel | tvm.IRModule, target: TargetLike = None
         "conv_layouts": CONV_LAYOUTS.get(kind),
         "fast_math": kind in FAST_MATH,
         "weight_prepack": kind in WEIGHT_PREPACK,
+        "pad_columns": kind in PAD_COLUMNS,
+        "rewrites": list(_REWRITES),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -179,14 +218,18 @@ def prepare_for_tuning(
     notes = list(imported.notes) if isinstance(imported, ImportedModel) else []
     kind = str(t.kind.name)
     with t, tvm.transform.PassContext(opt_level=3):
-        mod = _run_passes(_bind(mod, params), [
-            *dispatch, relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
-        ])  # fmt: skip
+        mod = _run_passes(_bind(mod, params), dispatch)
+        with stage("prepare", operator="batch norm folded into convolutions"):
+            mod = _fold_batch_norm(mod)
+        mod = _run_passes(mod, [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()])
         mod = _convert_conv_layout(mod, CONV_LAYOUTS.get(kind), notes)
         if kind in FAST_MATH:
             with stage("prepare", operator="fast GELU"):
                 mod = _fast_gelu(mod)
             mod = _run_passes(mod, [relax.transform.FastMathTransform()])
+        if kind in PAD_COLUMNS:
+            with stage("prepare", operator="matmul column padding"):
+                mod = _pad_matmul_columns(mod)
         with stage("prepare", operator="numpy constant folding"):
             values = constant_values(mod)  # what FoldConstant would compile kernel by kernel
         mod = _run_passes(mod, [relax.transform.LegalizeOps()])
@@ -417,6 +460,154 @@ def _layout_agnostic_activations(mod: tvm.IRModule) -> tvm.IRModule:
             return relax.op.maximum(x, scaled)
 
     return _mutate_functions(mod, _Rewrite(mod))
+
+
+def _fold_batch_norm(mod: tvm.IRModule) -> tvm.IRModule:
+    """Fold an inference ``batch_norm`` that follows an NCHW ``conv2d`` by constant weights
+    (with or without a constant bias ``add`` between) into the convolution: weights scaled by
+    ``s = gamma / sqrt(var + eps)`` per output channel, bias ``(bias - mean) * s + beta``.
+
+    This is what ONNX Runtime and TorchInductor's freezing do. Without it every convolution of a
+    ResNet or MobileNet carried the batch norm as a subtract/divide/multiply/add epilogue per
+    output element (``DecomposeOpsForInference``), and its tasks were named and keyed by it; with
+    it they are ``conv2d`` + ``add`` (+ residual, activation), the tasks a convolution with a bias
+    gives. TVM's ``FoldBatchnormToConv2D`` crashed the process on ResNet-18 (TVM 0.27). Values
+    are computed in float64 and stored in the weights' dtype; anything else (another layout, a
+    non-constant operand, a training-mode batch norm) is left to ``DecomposeOpsForInference``.
+    """
+    tvm = load_tvm()
+    import numpy as np
+    from tvm import relax
+    from tvm.relax import expr_functor
+
+    if not _has_op(mod, {"relax.nn.batch_norm"}):
+        return mod
+    conv2d = tvm.ir.Op.get("relax.nn.conv2d")
+    batch_norm = tvm.ir.Op.get("relax.nn.batch_norm")
+    add = tvm.ir.Op.get("relax.add")
+    values = constant_values(mod)
+    const_type = tvm.ir.expr.Constant
+
+    def value(expr: Any) -> Any:
+        if isinstance(expr, const_type):
+            return expr.value.numpy()
+        return values.get(expr) if isinstance(expr, relax.Var) else None
+
+    @expr_functor.mutator
+    class _Fold(relax.PyExprMutator):
+        def bound(self, expr: Any, op: Any) -> Any:
+            v = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+            return v if isinstance(v, relax.Call) and v.op.same_as(op) else None
+
+        def visit_tuple_getitem_(self, op: Any) -> Any:
+            folded = self.fold(op) if op.index == 0 else None
+            return folded if folded is not None else super().visit_tuple_getitem_(op)
+
+        def fold(self, op: Any) -> Any:
+            bn = self.bound(op.tuple_value, batch_norm)
+            if bn is None or bool(bn.attrs.training) or int(bn.attrs.axis) != 1:
+                return None
+            conv, bias = self.bound(bn.args[0], conv2d), None
+            if conv is None:  # a convolution with a bias: add(conv2d(x, w), b)
+                biased = self.bound(bn.args[0], add)
+                if biased is None:
+                    return None
+                conv, bias = self.bound(biased.args[0], conv2d), value(biased.args[1])
+                if conv is None or bias is None:
+                    return None
+            a = conv.attrs
+            if (str(a.data_layout), str(a.kernel_layout), str(a.out_layout)) != ("NCHW", "OIHW", "NCHW"):
+                return None
+            w = value(conv.args[1])
+            stats = [value(x) for x in bn.args[1:5]]
+            if w is None or any(x is None for x in stats) or not str(w.dtype).startswith("float"):
+                return None
+            channels = w.shape[0]
+            gamma, beta, mean, var = (np.asarray(x, np.float64).reshape(-1) for x in stats)
+            if bias is not None and bias.size != channels:
+                return None
+            if any(x.size != channels for x in (gamma, beta, mean, var)):
+                return None
+            gamma = gamma if bool(bn.attrs.scale) else np.ones(channels)
+            beta = beta if bool(bn.attrs.center) else np.zeros(channels)
+            scale = gamma / np.sqrt(var + float(bn.attrs.epsilon))
+            shift = (np.zeros(channels) if bias is None else np.asarray(bias, np.float64).reshape(-1)) - mean
+            shift = shift * scale + beta
+            weight = (w.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(w.dtype)
+            x = self.visit_expr(conv.args[0])
+            y = self.builder_.emit(relax.op.nn.conv2d(
+                x, relax.const(weight), strides=a.strides, padding=a.padding, dilation=a.dilation,
+                groups=int(a.groups), data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
+                out_dtype=a.out_dtype))
+            return relax.op.add(y, relax.const(shift.astype(w.dtype).reshape(1, channels, 1, 1)))
+
+    folded = _mutate_functions(mod, _Fold(mod))
+    return relax.transform.DeadCodeElimination()(folded)
+
+
+def _pad_matmul_columns(mod: tvm.IRModule) -> tvm.IRModule:
+    """Write ``matmul(x, W)`` with a constant ``W`` of awkward column count ``N`` as
+    ``strided_slice(matmul(x, W_padded), last axis, 0, N)`` (:func:`padded_columns`).
+
+    The padded weight is a new constant (zeros in the extra columns), so the matmul is a task of
+    a well-tiled shape: GPT-2's and RoBERTa's LM heads (50,257 and 50,265 columns) are both the
+    50,304-column task. The slice is an injective kernel of its own (fused with what follows
+    it): one more pass over the output, against a matmul vectorized by whole SIMD registers.
+    Weights are found with :func:`~tunecache.tvm_layer.frontend.numpy_fold.constant_values`;
+    one it cannot compute (too large, an operator it does not fold) is left as it is.
+    """
+    tvm = load_tvm()
+    import numpy as np
+    from tvm import relax
+    from tvm.relax import expr_functor
+
+    matmul = tvm.ir.Op.get("relax.matmul")
+    const_type = tvm.ir.expr.Constant
+
+    def columns(expr: Any) -> int | None:
+        shape = getattr(expr.ty, "shape", None)
+        dims = getattr(shape, "values", None)
+        if not dims or len(dims) < 2 or not isinstance(dims[-1], tvm.tirx.IntImm):
+            return None
+        return int(dims[-1])
+
+    def candidate(expr: Any) -> bool:
+        n = columns(expr)
+        return (n is not None and padded_columns(n) != n
+                and str(getattr(expr.ty, "dtype", "")).startswith("float"))
+
+    found = False
+
+    def visit(expr: Any) -> None:
+        nonlocal found
+        found = found or (isinstance(expr, relax.Call) and expr.op.same_as(matmul) and candidate(expr.args[1]))
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function) and not found:
+            relax.analysis.post_order_visit(func, visit)
+    if not found:
+        return mod
+    values = constant_values(mod)
+
+    def weight(expr: Any) -> Any:
+        if isinstance(expr, const_type):
+            return expr.value.numpy()
+        return values.get(expr) if isinstance(expr, relax.Var) else None
+
+    @expr_functor.mutator
+    class _Pad(relax.PyExprMutator):
+        def visit_call_(self, call: Any) -> Any:
+            w = weight(call.args[1]) if call.op.same_as(matmul) and candidate(call.args[1]) else None
+            call = super().visit_call_(call)
+            if w is None:
+                return call
+            n = int(w.shape[-1])
+            pad = [(0, 0)] * (w.ndim - 1) + [(0, padded_columns(n) - n)]
+            wide = self.builder_.emit(relax.op.matmul(call.args[0], relax.const(np.pad(w, pad)),
+                                                      out_dtype=call.attrs.out_dtype))
+            return relax.op.strided_slice(wide, axes=[len(wide.ty.shape.values) - 1], begin=[0], end=[n])
+
+    return _mutate_functions(mod, _Pad(mod))
 
 
 def _check_prepared_for(mod: tvm.IRModule, target: tvm.target.Target) -> None:
