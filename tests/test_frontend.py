@@ -600,37 +600,6 @@ def test_cpu_gelu_uses_fast_math_and_matches_pytorch(fe, target, approximate):
 
 
 @pytest.mark.tvm
-def test_batch_norm_after_a_convolution_is_folded_into_it(fe, target):
-    """Inference batch norm right after a convolution (with or without a bias, grouped too)
-    becomes its weights and bias: the tasks are ``conv2d`` + ``add``, no per-element
-    subtract/divide epilogue. A batch norm after an activation is not a convolution's and keeps
-    its arithmetic. The model computes what PyTorch computes."""
-    torch.manual_seed(0)
-    nn = torch.nn
-    m = nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
-        nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8), nn.ReLU(),
-        nn.Conv2d(8, 16, 1), nn.BatchNorm2d(16, affine=False), nn.ReLU(), nn.BatchNorm2d(16),
-    ).eval()
-    for bn in (m[1], m[4], m[7], m[9]):  # statistics and affine terms away from 0 and 1
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
-        if bn.affine:
-            bn.weight.data.uniform_(0.5, 1.5)
-            bn.bias.data.uniform_(-0.5, 0.5)
-    x = torch.randn(1, 3, 10, 10)
-    imported = fe.import_model(m, (x,))
-    prepared = fe.prepare_for_tuning(imported, target)
-    names = [t.name for t in fe.extract_tasks(prepared, target)]
-    convs = [n for n in names if "conv2d" in n]
-    unfolded = [n for n in convs if "divide" in n]
-    assert len(convs) == 3 and len(unfolded) == 1, names
-    assert unfolded[0].index("relu") < unfolded[0].index("subtract"), names  # the batch norm after the last ReLU
-    got = fe.run(fe.build(prepared, target), imported, x)
-    torch.testing.assert_close(got, m(x), rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.tvm
 def test_cpu_matmul_by_a_constant_with_awkward_columns_is_padded(fe, target):
     """A linear layer of 250 outputs (no 8-lane vector divides it) computes 256 columns of a
     zero-padded weight and slices them; one of 1000 outputs (a multiple of 8) and a product of two

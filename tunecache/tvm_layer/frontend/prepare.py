@@ -4,9 +4,8 @@ MetaSchedule tunes (step 2 of :mod:`tunecache.tvm_layer.frontend`).
 
 Pipeline of :func:`prepare_for_tuning` (TVM's own ``static_shape_tuning_pipeline`` with
 ``cpu_weight_prepack``, for weights bound as constants): ``BindParams`` → the target's library
-dispatch passes → inference batch norm after a convolution folded into its weights and bias
-(:func:`_fold_batch_norm`) → ``DecomposeOpsForInference`` (any other batch norm becomes
-scale/shift arithmetic) → on CPU, ``ConvertLayout`` of convolutions to NHWC
+dispatch passes → ``DecomposeOpsForInference`` (batch norm becomes scale/shift arithmetic that
+fuses into the convolution before it) → on CPU, ``ConvertLayout`` of convolutions to NHWC
 (:data:`CONV_LAYOUTS`) → on CPU, ``FastMathTransform`` (:data:`FAST_MATH`) → on CPU, the columns
 of a matmul by a constant padded to a SIMD multiple (:data:`PAD_COLUMNS`) → ``LegalizeOps`` →
 ``AnnotateTIROpPattern`` → ``FoldConstant`` (with weights bound, weight transposes and bias
@@ -125,7 +124,7 @@ def padded_columns(n: int) -> int:
 #: The model rewrites :func:`prepare_for_tuning` applies, by name, in :func:`model_hash`'s digest:
 #: a rewrite added or changed gets a new name here, so the tasks a library cache remembers for a
 #: model (``tunecache.libcache``) are not those of an older preparation.
-_REWRITES = ("fold_batch_norm", "layout_agnostic_activations", "fast_gelu", "pad_matmul_columns")
+_REWRITES = ("layout_agnostic_activations", "fast_gelu", "pad_matmul_columns")
 
 
 def _bind(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
@@ -218,10 +217,9 @@ def prepare_for_tuning(
     notes = list(imported.notes) if isinstance(imported, ImportedModel) else []
     kind = str(t.kind.name)
     with t, tvm.transform.PassContext(opt_level=3):
-        mod = _run_passes(_bind(mod, params), dispatch)
-        with stage("prepare", operator="batch norm folded into convolutions"):
-            mod = _fold_batch_norm(mod)
-        mod = _run_passes(mod, [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()])
+        mod = _run_passes(_bind(mod, params), [
+            *dispatch, relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
+        ])  # fmt: skip
         mod = _convert_conv_layout(mod, CONV_LAYOUTS.get(kind), notes)
         if kind in FAST_MATH:
             with stage("prepare", operator="fast GELU"):
@@ -460,89 +458,6 @@ def _layout_agnostic_activations(mod: tvm.IRModule) -> tvm.IRModule:
             return relax.op.maximum(x, scaled)
 
     return _mutate_functions(mod, _Rewrite(mod))
-
-
-def _fold_batch_norm(mod: tvm.IRModule) -> tvm.IRModule:
-    """Fold an inference ``batch_norm`` that follows an NCHW ``conv2d`` by constant weights
-    (with or without a constant bias ``add`` between) into the convolution: weights scaled by
-    ``s = gamma / sqrt(var + eps)`` per output channel, bias ``(bias - mean) * s + beta``.
-
-    This is what ONNX Runtime and TorchInductor's freezing do. Without it every convolution of a
-    ResNet or MobileNet carried the batch norm as a subtract/divide/multiply/add epilogue per
-    output element (``DecomposeOpsForInference``), and its tasks were named and keyed by it; with
-    it they are ``conv2d`` + ``add`` (+ residual, activation), the tasks a convolution with a bias
-    gives. TVM's ``FoldBatchnormToConv2D`` crashed the process on ResNet-18 (TVM 0.27). Values
-    are computed in float64 and stored in the weights' dtype; anything else (another layout, a
-    non-constant operand, a training-mode batch norm) is left to ``DecomposeOpsForInference``.
-    """
-    tvm = load_tvm()
-    import numpy as np
-    from tvm import relax
-    from tvm.relax import expr_functor
-
-    if not _has_op(mod, {"relax.nn.batch_norm"}):
-        return mod
-    conv2d = tvm.ir.Op.get("relax.nn.conv2d")
-    batch_norm = tvm.ir.Op.get("relax.nn.batch_norm")
-    add = tvm.ir.Op.get("relax.add")
-    values = constant_values(mod)
-    const_type = tvm.ir.expr.Constant
-
-    def value(expr: Any) -> Any:
-        if isinstance(expr, const_type):
-            return expr.value.numpy()
-        return values.get(expr) if isinstance(expr, relax.Var) else None
-
-    @expr_functor.mutator
-    class _Fold(relax.PyExprMutator):
-        def bound(self, expr: Any, op: Any) -> Any:
-            v = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-            return v if isinstance(v, relax.Call) and v.op.same_as(op) else None
-
-        def visit_tuple_getitem_(self, op: Any) -> Any:
-            folded = self.fold(op) if op.index == 0 else None
-            return folded if folded is not None else super().visit_tuple_getitem_(op)
-
-        def fold(self, op: Any) -> Any:
-            bn = self.bound(op.tuple_value, batch_norm)
-            if bn is None or bool(bn.attrs.training) or int(bn.attrs.axis) != 1:
-                return None
-            conv, bias = self.bound(bn.args[0], conv2d), None
-            if conv is None:  # a convolution with a bias: add(conv2d(x, w), b)
-                biased = self.bound(bn.args[0], add)
-                if biased is None:
-                    return None
-                conv, bias = self.bound(biased.args[0], conv2d), value(biased.args[1])
-                if conv is None or bias is None:
-                    return None
-            a = conv.attrs
-            if (str(a.data_layout), str(a.kernel_layout), str(a.out_layout)) != ("NCHW", "OIHW", "NCHW"):
-                return None
-            w = value(conv.args[1])
-            stats = [value(x) for x in bn.args[1:5]]
-            if w is None or any(x is None for x in stats) or not str(w.dtype).startswith("float"):
-                return None
-            channels = w.shape[0]
-            gamma, beta, mean, var = (np.asarray(x, np.float64).reshape(-1) for x in stats)
-            if bias is not None and bias.size != channels:
-                return None
-            if any(x.size != channels for x in (gamma, beta, mean, var)):
-                return None
-            gamma = gamma if bool(bn.attrs.scale) else np.ones(channels)
-            beta = beta if bool(bn.attrs.center) else np.zeros(channels)
-            scale = gamma / np.sqrt(var + float(bn.attrs.epsilon))
-            shift = (np.zeros(channels) if bias is None else np.asarray(bias, np.float64).reshape(-1)) - mean
-            shift = shift * scale + beta
-            weight = (w.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(w.dtype)
-            x = self.visit_expr(conv.args[0])
-            y = self.builder_.emit(relax.op.nn.conv2d(
-                x, relax.const(weight), strides=a.strides, padding=a.padding, dilation=a.dilation,
-                groups=int(a.groups), data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
-                out_dtype=a.out_dtype))
-            return relax.op.add(y, relax.const(shift.astype(w.dtype).reshape(1, channels, 1, 1)))
-
-    folded = _mutate_functions(mod, _Fold(mod))
-    return relax.transform.DeadCodeElimination()(folded)
 
 
 def _pad_matmul_columns(mod: tvm.IRModule) -> tvm.IRModule:
