@@ -8,6 +8,7 @@ the decisions follow the target's SIMD width; the record it gives was never meas
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -143,6 +144,29 @@ def test_prime_row_count_gets_a_padded_register_tile(tvm: Any, mcpu: str, rows: 
     ex = tvm.compile(sch.mod, target=target)
     dev = tvm.cpu()
     out = tvm.runtime.tensor(np.zeros((197, 64), "float32"), device=dev)
+    ex["main"](tvm.runtime.tensor(a, device=dev), tvm.runtime.tensor(b, device=dev), out)
+    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_prime_vector_axis_is_one_loop_llvm_vectorizes(tvm: Any, target: Any) -> None:
+    """197 columns (ViT's keys in Q x K^T, prime) have no vector-sized tile: the whole axis
+    becomes one loop inside the outer reduction tile (a 1-wide vector tile ran 8x slower),
+    rows keep their register tile, and the program computes the product."""
+    from tunecache.search.predict import predict_program
+
+    mod = te_matmul(tvm, 64, 197, 32)
+    got = predict_program(mod, target)
+    assert not isinstance(got, str), got
+    insts, decisions = got.sch.trace.as_json()
+    tiles = [[int(x) for x in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
+    i_tile, j_tile = tiles[:2]
+    assert j_tile == [1, 1, 197, 1], tiles
+    assert i_tile[-1] > 1 and math.prod(i_tile) == 64, tiles
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 32)).astype("float32"), rng.standard_normal((32, 197)).astype("float32")
+    ex = tvm.compile(got.sch.mod, target=target)
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.zeros((64, 197), "float32"), device=dev)
     ex["main"](tvm.runtime.tensor(a, device=dev), tvm.runtime.tensor(b, device=dev), out)
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
 

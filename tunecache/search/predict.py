@@ -292,7 +292,23 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     if vec is not None:
         t[vec][-1] = _vector_tile(ext[vec], lanes)
         rem[vec] //= t[vec][-1]
-    if row is not None:
+    streamed = False
+    if vec is not None and n_s >= 3 and 2 * t[vec][-1] < lanes < ext[vec]:
+        # No divisor of half a vector or more (ViT's 197 keys, a prime, in Q x K^T): the whole
+        # axis as one loop inside the outer reduction tile, which LLVM vectorizes with a
+        # remainder; rows with no divisor near 8 likewise, and a reduction tile of 2. This is
+        # what a full search found for ViT's 12x197x64 by 12x64x197 batch matmul (0.26 ms); the
+        # 1-wide vector tile it replaces ran 2.1 ms (session 17).
+        t[vec][-1], t[vec][-2], rem[vec] = 1, ext[vec], 1
+        streamed = True
+    if row is not None and streamed:
+        rows_wanted = 8
+        if 2 * _largest_divisor(ext[row], rows_wanted) <= rows_wanted < ext[row]:
+            t[row][-2], rem[row] = ext[row], 1
+        else:
+            t[row][-1] = _largest_divisor(ext[row], rows_wanted)
+            rem[row] //= t[row][-1]
+    elif row is not None:
         rows_wanted = ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)
         if vec is not None and t[vec][-1] % lanes == 0 and t[vec][-1] < lanes * VECTORS:
             rows_wanted = rows_wanted * lanes * VECTORS // t[vec][-1]  # as many accumulators
@@ -322,10 +338,10 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     # Second-innermost level (inside the outer reduction tile): a few register tiles, so one
     # outer-reduction step reuses the panels it loaded.
     if n_s >= 3:
-        if row is not None and not padded_row:  # a padded row axis: 2.2x slower with a middle tile
+        if row is not None and not padded_row and not streamed:  # a padded row axis: 2.2x slower with a middle tile
             t[row][-2] = _largest_divisor(rem[row], MID)
             rem[row] //= t[row][-2]
-        if vec is not None:
+        if vec is not None and not streamed:
             t[vec][-2] = _largest_divisor(rem[vec], MID)
             rem[vec] //= t[vec][-2]
     # The rest in the second level (outside the reduction, not fused into the parallel loop).
@@ -344,7 +360,7 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
         e = dict(g.reduction)[last]
         budget = caches.l1 // 2 // dtype_bytes - rows * cols
         k = max(1, budget // max(1, rows + cols))
-        inner = _largest_divisor(e, min(k, 64))
+        inner = _largest_divisor(e, min(k, 64)) if not streamed else _largest_divisor(e, 2)
         out[last] = [e // inner, inner]
     return out
 
