@@ -171,6 +171,33 @@ def test_prime_vector_axis_is_one_loop_llvm_vectorizes(tvm: Any, target: Any) ->
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_a_panel_beyond_the_caches_is_split_by_columns(tvm: Any, target: Any, monkeypatch: Any) -> None:
+    """When the columns' panel (reduction x columns) is larger than STREAM_WEIGHTS_ABOVE (GPT-2's
+    154 MB LM head), the cores split the columns and every row stays inside, so the panel is
+    read once; below it, rows are split as before. Both compute the product."""
+    from tunecache.search import predict
+
+    mod = te_matmul(tvm, 64, 256, 32)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 32)).astype("float32"), rng.standard_normal((32, 256)).astype("float32")
+    tiles = {}
+    shipped = predict.STREAM_WEIGHTS_ABOVE
+    for above in (shipped, 0):
+        monkeypatch.setattr(predict, "STREAM_WEIGHTS_ABOVE", above)
+        got = predict.predict_program(mod, target)
+        assert not isinstance(got, str), got
+        insts, decisions = got.sch.trace.as_json()
+        tiles[above] = [[int(x) for x in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
+        ex = tvm.compile(got.sch.mod, target=target)
+        dev = tvm.cpu()
+        out = tvm.runtime.tensor(np.zeros((64, 256), "float32"), device=dev)
+        ex["main"](tvm.runtime.tensor(a, device=dev), tvm.runtime.tensor(b, device=dev), out)
+        np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    i_small, (i_big, j_big) = tiles[shipped][0], tiles[0][:2]
+    assert i_small[0] > 1, tiles  # a small panel: the rows are split between the cores
+    assert i_big[:2] == [1, 1] and j_big[0] > 1, tiles  # a large one: the columns are
+
+
 def test_prediction_is_deterministic(tvm: Any, target: Any) -> None:
     from tunecache.search.predict import predict_program
 

@@ -8,8 +8,9 @@ replayed on the miss as the narrowed search's round 0 does
 tiling re-fit to the new extents. Sources come from the store's reuse index
 (:func:`tunecache.planning.reuse_sources`), best expected quality first
 (:func:`tunecache.reuse.costs.reuse_cost`); a replay that cannot be adapted says why, and the
-task falls back. A miss with a prime loop extent (:data:`PRIME_EXTENT_ABOVE`) is not replayed:
-no tile of the source's divides it.
+task falls back. A miss with a prime loop extent its source does not share
+(:data:`tunecache.reuse.costs.PRIME_EXTENT_ABOVE`) is not replayed: no tile of the source's divides
+it.
 
 A miss with nothing to replay gets a program chosen from its own design space without
 measuring (:func:`tunecache.search.predict.predict_task`, reported ``predicted``). Replayed and
@@ -24,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tunecache.reuse.conditions import can_reuse
-from tunecache.reuse.costs import CostModel, reuse_cost
+from tunecache.reuse.costs import PRIME_EXTENT_ABOVE, CostModel, prime_extent, reuse_cost
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Record
 
@@ -121,7 +122,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
             return Replay(t.key, None, None, "", "no stored program of the same operator, layout and sketch",
                           work=work)
         reasons: list[str] = []
-        prime = _prime_extent(d.nest.extents, near[0].nest.extents)
+        prime = prime_extent(d.nest.extents, near[0].nest.extents)
         if prime is not None:
             return Replay(t.key, None, str(near[0].key), near[0].name,
                           f"extent {prime} is a prime: no tile of {near[0].name}'s program "
@@ -153,28 +154,6 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
     n = sum(r.how == "replayed" and r.record is not None for r in out.values())
     log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
     return out
-
-
-#: A prime loop extent above this cannot be tiled by a replay (a tile must divide the extent),
-#: so the replayed program runs that loop untiled: ViT-B/16's 197-token dense layers replayed
-#: from 128-token programs ran 0.24-0.52x their sources' throughput and the model 2.8x a full
-#: search's, where the predicted programs (which pad a row axis) ran 0.66x (docs/newmodel.md).
-PRIME_EXTENT_ABOVE = 16
-
-
-def _prime_extent(extents: Sequence[int], source: Sequence[int]) -> int | None:
-    """The first extent of ``extents`` above :data:`PRIME_EXTENT_ABOVE` that is a prime and not the
-    source's extent there, else ``None``.
-
-    >>> _prime_extent([197, 768, 768], [128, 768, 768]), _prime_extent([64, 768], [128, 768])
-    (197, None)
-    """
-    from tunecache.search.gradient.space import prime_factors
-
-    for e, s in zip(extents, source, strict=False):
-        if e > PRIME_EXTENT_ABOVE and e != s and prime_factors(e) == {e: 1}:
-            return int(e)
-    return None
 
 
 def _predict(task: Any, target: Any, hw: HardwareKey, missed: Replay) -> Replay:

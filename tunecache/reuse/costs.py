@@ -113,6 +113,31 @@ FAR_LOG2 = 3.0
 FAR_PENALTY = 0.25
 
 
+#: A target loop extent above this that is a prime its source's matching loop does not share
+#: cannot take the source's tiles (a tile must divide the extent: it is 1 or the whole loop):
+#: ViT-B/16's 197-token layers reused from BERT's 128-token programs ran 0.18-0.51x their
+#: sources' throughput and 6 of 8 escalated to a full search after their narrowed one
+#: (docs/newmodel.md, sessions 16-17). A replay (``tunecache.replay``) predicts such a miss instead.
+PRIME_EXTENT_ABOVE = 16
+#: Expected quality lost by a source whose tiles a prime extent cannot take
+#: (:func:`prime_extent`): a full latency ratio, so that a planner prices the reuse above a full
+#: search (``reuse.graph.reuse_weight``) and searches the task in full from the start.
+PRIME_PENALTY = 1.0
+
+
+def prime_extent(extents: Sequence[int], source: Sequence[int]) -> int | None:
+    """The first extent of ``extents`` above :data:`PRIME_EXTENT_ABOVE` that is a prime and not the
+    source's extent there, else ``None``.
+
+    >>> prime_extent([197, 768, 768], [128, 768, 768]), prime_extent([64, 768], [128, 768])
+    (197, None)
+    """
+    for e, s in zip(extents, source, strict=False):
+        if e > PRIME_EXTENT_ABOVE and e != s and _primes(int(e)) == (int(e),):
+            return int(e)
+    return None
+
+
 def reuse_cost(beta: LoopNest, alpha: LoopNest, cm: CostModel) -> tuple[float, float]:
     """Return (expected trials, expected quality) of reusing beta's program for alpha.
 
@@ -124,12 +149,15 @@ def reuse_cost(beta: LoopNest, alpha: LoopNest, cm: CostModel) -> tuple[float, f
     a source some 64x or more away costs a planner about a full search: a classifier's 1-row
     matmul reused by a 128- or 197-row dense ran 4-5x slower than the dense reused from a near
     source (BERT, session 11; ViT-B/16, session 16), and escalation, which compares with the
-    source's own low throughput, did not catch it.
+    source's own low throughput, did not catch it. A target extent that is a prime the source
+    does not share adds :data:`PRIME_PENALTY`.
     """
     cand = neighbourhood_size(alpha, cm, seed=hash(alpha.extents) & 0xFFFF)
     trials = min(cm.max_reuse_trials, 1.0 + math.ceil(cand * cm.measured_fraction))
     ratio = abs(math.log2(max(alpha.work, 1) / max(beta.work, 1)))
     quality = 1.0 + 0.02 * ratio + FAR_PENALTY * max(0.0, ratio - FAR_LOG2)
+    if prime_extent(alpha.extents, beta.extents) is not None:
+        quality += PRIME_PENALTY
     if alpha.work < beta.work:
         quality += 0.03 * ratio
         if "conv" in alpha.family:

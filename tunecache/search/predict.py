@@ -66,6 +66,9 @@ PROVENANCE_KIND = "predicted"
 #: ``None``: 8 with 512-bit vectors (32 vector registers), else 4, so that the ``ROWS x VECTORS``
 #: accumulators take half the vector registers.
 ROWS: int | None = None
+#: Bytes of a matmul's column panel (reduction x columns) above which the columns, not the rows,
+#: are split between the cores (larger than the last-level cache of the CPUs measured).
+STREAM_WEIGHTS_ABOVE = 64 << 20
 #: Vectors of the register tile along the vector axis (innermost tile = VECTORS x SIMD width).
 VECTORS = 2
 #: Register tiles per outer-reduction step along the row and vector axes (second-innermost level).
@@ -326,6 +329,14 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     order = [idx for idx, _ in g.spatial if idx != vec] + ([vec] if vec is not None else [])
     if padded_row and row is not None:  # parallel last: [3, None, 1, 8] by [2, 24, 2, 32] ran 2.2x slower
         order = [idx for idx in order if idx != row] + [row]
+    k = math.prod(e for _, e in g.reduction)
+    weights_streamed = (vec is not None and row is not None and not padded_row and not streamed
+                        and n_s >= 3 and k * ext[vec] * dtype_bytes > STREAM_WEIGHTS_ABOVE)
+    if weights_streamed:
+        # A panel far beyond the caches (GPT-2's LM head: 768 x 50,304 floats, 154 MB): split
+        # its columns between the cores and keep every row inside, so it is read once, not once
+        # per parallel block of rows.
+        order = [idx for idx in order if idx == vec] + [idx for idx in order if idx not in (vec, row)]
     for idx in order:
         if have >= want:
             break
@@ -338,7 +349,9 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     # Second-innermost level (inside the outer reduction tile): a few register tiles, so one
     # outer-reduction step reuses the panels it loaded.
     if n_s >= 3:
-        if row is not None and not padded_row and not streamed:  # a padded row axis: 2.2x slower with a middle tile
+        if row is not None and weights_streamed:
+            t[row][-2], rem[row] = rem[row], 1
+        elif row is not None and not padded_row and not streamed:  # a padded row axis: 2.2x slower with a middle tile
             t[row][-2] = _largest_divisor(rem[row], MID)
             rem[row] //= t[row][-2]
         if vec is not None and not streamed:
@@ -350,7 +363,8 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
         t[idx][lvl] *= rem[idx]
         out[idx] = t[idx]
     # Reduction: the last axis' inner tile sized so one step's panels fit half of L1.
-    rows = math.prod(t[idx][-1] * (t[idx][-2] if n_s >= 3 else 1) for idx, _ in g.spatial if idx != vec)
+    rows = math.prod(t[idx][-1] * (t[idx][-2] if n_s >= 3 and not weights_streamed else 1)
+                     for idx, _ in g.spatial if idx != vec)
     cols = (t[vec][-1] * (t[vec][-2] if n_s >= 3 else 1)) if vec is not None else 1
     red = [idx for idx, e in g.reduction if e > 1]
     for idx, e in g.reduction:
