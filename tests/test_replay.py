@@ -83,6 +83,19 @@ def test_a_prime_extent_is_predicted_not_replayed(warm: tuple[str, Any]) -> None
     np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
 
 
+def test_a_far_source_is_predicted_not_replayed(warm: tuple[str, Any]) -> None:
+    """A source more than 8x the work away fits few of its tiles (GPT-2's LM head from BERT's
+    dense, 1/22 the work, ran 1.6x slower replayed than predicted): the miss is predicted, and
+    the note names the distance."""
+    db, _source = warm
+    cm = tunecache.compile(relax_matmul_relu(64, 64, 48), store=db, tune="never", progress=False)  # 16x the source
+    (task,) = cm.report.tasks
+    assert task.outcome == "predicted" and task.trials == 0, task
+    assert "16x less work" in task.note, task.note
+    x, w = _inputs(64, 64, 48)
+    np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
 def test_reuse_trials_bounds_the_narrowed_search(warm: tuple[str, Any], tmp_path: Path) -> None:
     import sqlite3
 
