@@ -131,8 +131,8 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
             return Replay(t.key, None, str(near[0].key), near[0].name,
                           f"extent {prime} is a prime: no tile of {near[0].name}'s program "
                           f"{list(near[0].nest.extents)} divides it but 1 and itself", work=work)
-        ratio = work / max(float(near[0].nest.work), 1.0)
-        if max(ratio, 1.0 / max(ratio, 1e-300)) > 2.0**FAR_LOG2:
+        ratio = max(work, 1.0) / max(float(near[0].nest.work), 1.0)
+        if max(ratio, 1 / ratio) > 2.0**FAR_LOG2:
             return Replay(t.key, None, str(near[0].key), near[0].name,
                           f"the nearest stored program ({near[0].name} {list(near[0].nest.extents)}) is "
                           f"{max(ratio, 1 / ratio):.0f}x {'less' if ratio > 1 else 'more'} work: few of its "

@@ -295,7 +295,7 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     if vec is not None:
         t[vec][-1] = _vector_tile(ext[vec], lanes)
         rem[vec] //= t[vec][-1]
-    streamed = False
+    vec_looped = False
     if vec is not None and n_s >= 3 and 2 * t[vec][-1] < lanes < ext[vec]:
         # No divisor of half a vector or more (ViT's 197 keys, a prime, in Q x K^T): the whole
         # axis as one loop inside the outer reduction tile, which LLVM vectorizes with a
@@ -303,9 +303,9 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
         # what a full search found for ViT's 12x197x64 by 12x64x197 batch matmul (0.26 ms); the
         # 1-wide vector tile it replaces ran 2.1 ms (session 17).
         t[vec][-1], t[vec][-2], rem[vec] = 1, ext[vec], 1
-        streamed = True
-    if row is not None and streamed:
-        rows_wanted = 8
+        vec_looped = True
+    if row is not None and vec_looped:
+        rows_wanted = 8  # up to 8 rows of accumulators; rows with no divisor near it are looped whole
         if 2 * _largest_divisor(ext[row], rows_wanted) <= rows_wanted < ext[row]:
             t[row][-2], rem[row] = ext[row], 1
         else:
@@ -330,7 +330,7 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     if padded_row and row is not None:  # parallel last: [3, None, 1, 8] by [2, 24, 2, 32] ran 2.2x slower
         order = [idx for idx in order if idx != row] + [row]
     k = math.prod(e for _, e in g.reduction)
-    weights_streamed = (vec is not None and row is not None and not padded_row and not streamed
+    weights_streamed = (vec is not None and row is not None and not padded_row and not vec_looped
                         and n_s >= 3 and k * ext[vec] * dtype_bytes > STREAM_WEIGHTS_ABOVE)
     if weights_streamed:
         # A panel far beyond the caches (GPT-2's LM head: 768 x 50,304 floats, 154 MB): split
@@ -351,10 +351,10 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     if n_s >= 3:
         if row is not None and weights_streamed:
             t[row][-2], rem[row] = rem[row], 1
-        elif row is not None and not padded_row and not streamed:  # a padded row axis: 2.2x slower with a middle tile
+        elif row is not None and not padded_row and not vec_looped:  # a padded row axis: 2.2x slower with a middle tile
             t[row][-2] = _largest_divisor(rem[row], MID)
             rem[row] //= t[row][-2]
-        if vec is not None and not streamed:
+        if vec is not None and not vec_looped:
             t[vec][-2] = _largest_divisor(rem[vec], MID)
             rem[vec] //= t[vec][-2]
     # The rest in the second level (outside the reduction, not fused into the parallel loop).
@@ -374,7 +374,7 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
         e = dict(g.reduction)[last]
         budget = caches.l1 // 2 // dtype_bytes - rows * cols
         k = max(1, budget // max(1, rows + cols))
-        inner = _largest_divisor(e, min(k, 64)) if not streamed else _largest_divisor(e, 2)
+        inner = _largest_divisor(e, min(k, 64)) if not vec_looped else _largest_divisor(e, 2)
         out[last] = [e // inner, inner]
     return out
 

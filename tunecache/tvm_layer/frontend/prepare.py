@@ -466,8 +466,8 @@ def _pad_matmul_columns(mod: tvm.IRModule) -> tvm.IRModule:
 
     The padded weight is a new constant (zeros in the extra columns), so the matmul is a task of
     a well-tiled shape: GPT-2's and RoBERTa's LM heads (50,257 and 50,265 columns) are both the
-    50,304-column task. The slice is an injective kernel of its own (fused with what follows
-    it): one more pass over the output, against a matmul vectorized by whole SIMD registers.
+    50,304-column task. ``FuseOps`` fuses the slice into the matmul as its epilogue (GPT-2's
+    ``fused_matmul6_strided_slice2``): the padded columns are computed and never stored.
     Weights are found with :func:`~tunecache.tvm_layer.frontend.numpy_fold.constant_values`;
     one it cannot compute (too large, an operator it does not fold) is left as it is.
     """
