@@ -626,6 +626,7 @@ def test_cpu_matmul_by_a_constant_with_awkward_columns_is_padded(fe, target):
     matmuls = [t.desc.shapes for t in fe.extract_tasks(prepared, target) if t.desc.family == "matmul"]
     columns = sorted(shapes[1][-1] for shapes in matmuls)
     assert columns == [25, 256, 1000], matmuls
+    assert any("250 columns computes 256" in n for n in fe.preparation_notes(prepared)), fe.preparation_notes(prepared)
     got = fe.run(fe.build(prepared, target), imported, x)
     for g, want in zip(got, m(x), strict=True):
         torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-5)

@@ -227,7 +227,7 @@ def prepare_for_tuning(
             mod = _run_passes(mod, [relax.transform.FastMathTransform()])
         if kind in PAD_COLUMNS:
             with stage("prepare", operator="matmul column padding"):
-                mod = _pad_matmul_columns(mod)
+                mod = _pad_matmul_columns(mod, notes)
         with stage("prepare", operator="numpy constant folding"):
             values = constant_values(mod)  # what FoldConstant would compile kernel by kernel
         mod = _run_passes(mod, [relax.transform.LegalizeOps()])
@@ -460,7 +460,7 @@ def _layout_agnostic_activations(mod: tvm.IRModule) -> tvm.IRModule:
     return _mutate_functions(mod, _Rewrite(mod))
 
 
-def _pad_matmul_columns(mod: tvm.IRModule) -> tvm.IRModule:
+def _pad_matmul_columns(mod: tvm.IRModule, notes: list[str] | None = None) -> tvm.IRModule:
     """Write ``matmul(x, W)`` with a constant ``W`` of awkward column count ``N`` as
     ``strided_slice(matmul(x, W_padded), last axis, 0, N)`` (:func:`padded_columns`).
 
@@ -469,7 +469,8 @@ def _pad_matmul_columns(mod: tvm.IRModule) -> tvm.IRModule:
     50,304-column task. ``FuseOps`` fuses the slice into the matmul as its epilogue (GPT-2's
     ``fused_matmul6_strided_slice2``): the padded columns are computed and never stored.
     Weights are found with :func:`~tunecache.tvm_layer.frontend.numpy_fold.constant_values`;
-    one it cannot compute (too large, an operator it does not fold) is left as it is.
+    one it cannot compute (too large, an operator it does not fold) is left as it is. Each padded
+    column count goes to ``notes`` once (the compile report's preparation notes).
     """
     tvm = load_tvm()
     import numpy as np
@@ -517,6 +518,10 @@ def _pad_matmul_columns(mod: tvm.IRModule) -> tvm.IRModule:
             if w is None:
                 return call
             n = int(w.shape[-1])
+            note = (f"prepare: a matmul by a constant of {n} columns computes {padded_columns(n)} (zero-padded, "
+                    f"sliced off): no SIMD vector divides {n}, and a tile must divide its loop")
+            if notes is not None and note not in notes:
+                notes.append(note)
             pad = [(0, 0)] * (w.ndim - 1) + [(0, padded_columns(n) - n)]
             wide = self.builder_.emit(relax.op.matmul(call.args[0], relax.const(np.pad(w, pad)),
                                                       out_dtype=call.attrs.out_dtype))
