@@ -149,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         p.unlink()
     out: dict[str, Any] = {"machine": machine(), "budget": args.budget, "rounds": args.rounds, "models": []}
     for spec in args.models:
-        out["models"].append(run_model(spec, args.without, args.budget, args.rounds, args.seed, work))
+        try:
+            out["models"].append(run_model(spec, args.without, args.budget, args.rounds, args.seed, work))
+        except Exception as err:  # noqa: BLE001 - a model that fails is recorded; the others still run
+            print(f"[prepare] {spec}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            out["models"].append({"model": spec, "error": f"{type(err).__name__}: {err}"})
         out["loadavg_after"] = list(os.getloadavg())
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
