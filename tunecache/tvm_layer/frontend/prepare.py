@@ -18,7 +18,7 @@ re-layout runs once, at build time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import TargetError
@@ -353,6 +353,11 @@ def _fast_gelu(mod: tvm.IRModule) -> tvm.IRModule:
 
 def _has_op(mod: tvm.IRModule, names: Collection[str]) -> bool:
     """Whether any Relax function of ``mod`` calls one of the operators ``names``."""
+    return _has_call(mod, lambda call: getattr(call.op, "name", None) in names)
+
+
+def _has_call(mod: tvm.IRModule, wanted: Callable[[Any], bool]) -> bool:
+    """Whether any Relax function of ``mod`` has a call for which ``wanted`` is true."""
     load_tvm()
     from tvm import relax
 
@@ -360,8 +365,7 @@ def _has_op(mod: tvm.IRModule, names: Collection[str]) -> bool:
 
     def visit(expr: Any) -> None:
         nonlocal found
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) in names:
-            found = True
+        found = found or (isinstance(expr, relax.Call) and wanted(expr))
 
     for _, func in mod.functions_items():
         if isinstance(func, relax.Function) and not found:
@@ -492,16 +496,7 @@ def _pad_matmul_columns(mod: tvm.IRModule, notes: list[str] | None = None) -> tv
         return (n is not None and padded_columns(n) != n
                 and str(getattr(expr.ty, "dtype", "")).startswith("float"))
 
-    found = False
-
-    def visit(expr: Any) -> None:
-        nonlocal found
-        found = found or (isinstance(expr, relax.Call) and expr.op.same_as(matmul) and candidate(expr.args[1]))
-
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function) and not found:
-            relax.analysis.post_order_visit(func, visit)
-    if not found:
+    if not _has_call(mod, lambda call: call.op.same_as(matmul) and candidate(call.args[1])):
         return mod
     values = constant_values(mod)
 
