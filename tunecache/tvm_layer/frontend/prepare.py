@@ -225,11 +225,13 @@ def prepare_for_tuning(
             with stage("prepare", operator="fast GELU"):
                 mod = _fast_gelu(mod)
             mod = _run_passes(mod, [relax.transform.FastMathTransform()])
+        values = None
         if kind in PAD_COLUMNS:
             with stage("prepare", operator="matmul column padding"):
-                mod = _pad_matmul_columns(mod, notes)
+                mod, values = _pad_matmul_columns(mod, notes)
         with stage("prepare", operator="numpy constant folding"):
-            values = constant_values(mod)  # what FoldConstant would compile kernel by kernel
+            if values is None:
+                values = constant_values(mod)  # what FoldConstant would compile kernel by kernel
         mod = _run_passes(mod, [relax.transform.LegalizeOps()])
         with stage("prepare", operator="numpy constant folding"):
             mod, _ = substitute_constants(mod, values)
@@ -464,7 +466,8 @@ def _layout_agnostic_activations(mod: tvm.IRModule) -> tvm.IRModule:
     return _mutate_functions(mod, _Rewrite(mod))
 
 
-def _pad_matmul_columns(mod: tvm.IRModule, notes: list[str] | None = None) -> tvm.IRModule:
+def _pad_matmul_columns(mod: tvm.IRModule,
+                        notes: list[str] | None = None) -> tuple[tvm.IRModule, dict[Any, Any] | None]:
     """Write ``matmul(x, W)`` with a constant ``W`` of awkward column count ``N`` as
     ``strided_slice(matmul(x, W_padded), last axis, 0, N)`` (:func:`padded_columns`).
 
@@ -475,6 +478,10 @@ def _pad_matmul_columns(mod: tvm.IRModule, notes: list[str] | None = None) -> tv
     Weights are found with :func:`~tunecache.tvm_layer.frontend.numpy_fold.constant_values`;
     one it cannot compute (too large, an operator it does not fold) is left as it is. Each padded
     column count goes to ``notes`` once (the compile report's preparation notes).
+
+    Returns the module and, when it computed them, the constant values, which stay valid for it
+    (the rewrite keeps every variable; it adds no constant-derived binding): computing them again
+    took 0.65 s of GPT-2's (2 layers) 1.9 s preparation.
     """
     tvm = load_tvm()
     import numpy as np
@@ -497,7 +504,7 @@ def _pad_matmul_columns(mod: tvm.IRModule, notes: list[str] | None = None) -> tv
                 and str(getattr(expr.ty, "dtype", "")).startswith("float"))
 
     if not _has_call(mod, lambda call: call.op.same_as(matmul) and candidate(call.args[1])):
-        return mod
+        return mod, None
     values = constant_values(mod)
 
     def weight(expr: Any) -> Any:
@@ -522,7 +529,7 @@ def _pad_matmul_columns(mod: tvm.IRModule, notes: list[str] | None = None) -> tv
                                                       out_dtype=call.attrs.out_dtype))
             return relax.op.strided_slice(wide, axes=[len(wide.ty.shape.values) - 1], begin=[0], end=[n])
 
-    return _mutate_functions(mod, _Pad(mod))
+    return _mutate_functions(mod, _Pad(mod)), values
 
 
 def _check_prepared_for(mod: tvm.IRModule, target: tvm.target.Target) -> None:
