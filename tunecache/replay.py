@@ -10,11 +10,11 @@ tiling re-fit to the new extents. Sources come from the store's reuse index
 (:func:`tunecache.reuse.costs.reuse_cost`); a replay that cannot be adapted says why, and the
 task falls back. A miss with a prime loop extent its source does not share
 (:data:`tunecache.reuse.costs.PRIME_EXTENT_ABOVE`) is not replayed: no tile of the source's divides
-it; nor is one whose nearest source is more than ``2 ** FAR_LOG2`` (8) times the work away or
-less: GPT-2's 50,304-column LM head replayed from BERT's 3,072-column dense (1/22 the work) made
-the model 1.55x a full search's latency where its predicted program made it 1.07x
-(docs/newmodel.md, session 17), and a classifier's 1-row program ran 5x slower than the
-prediction on BERT's dense (session 11).
+it; nor is one whose nearest source is more than :data:`~tunecache.reuse.costs.FAR_RATIO` (8)
+times the work away or less: GPT-2's 50,304-column LM head replayed from BERT's 3,072-column
+dense (1/22 the work) made the model 1.55x a full search's latency where its predicted program
+made it 1.07x (docs/newmodel.md, session 17), and a classifier's 1-row program ran 5x slower
+than the prediction on BERT's dense (session 11).
 
 A miss with nothing to replay gets a program chosen from its own design space without
 measuring (:func:`tunecache.search.predict.predict_task`, reported ``predicted``). Replayed and
@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tunecache.reuse.conditions import can_reuse
-from tunecache.reuse.costs import FAR_LOG2, PRIME_EXTENT_ABOVE, CostModel, prime_extent, reuse_cost
+from tunecache.reuse.costs import FAR_RATIO, PRIME_EXTENT_ABOVE, CostModel, prime_extent, reuse_cost
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Record
 
@@ -132,7 +132,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                           f"extent {prime} is a prime: no tile of {near[0].name}'s program "
                           f"{list(near[0].nest.extents)} divides it but 1 and itself", work=work)
         ratio = max(work, 1.0) / max(float(near[0].nest.work), 1.0)
-        if max(ratio, 1 / ratio) > 2.0**FAR_LOG2:
+        if max(ratio, 1 / ratio) > FAR_RATIO:
             return Replay(t.key, None, str(near[0].key), near[0].name,
                           f"the nearest stored program ({near[0].name} {list(near[0].nest.extents)}) is "
                           f"{max(ratio, 1 / ratio):.0f}x {'less' if ratio > 1 else 'more'} work: few of its "

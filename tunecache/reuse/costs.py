@@ -107,10 +107,13 @@ def neighbourhood_size(nest: LoopNest, cm: CostModel, seed: int = 0) -> float:
 
 
 #: Doublings of work between source and target beyond which a source is far (8x; the reports'
-#: ``search.execute.FAR_RATIO`` is derived from it).
+#: :data:`FAR_RATIO` is derived from it).
 FAR_LOG2 = 3.0
 #: Expected quality lost per doubling of work beyond :data:`FAR_LOG2`.
 FAR_PENALTY = 0.25
+#: The same distance as a ratio of work (8x): the compile report calls such a source far
+#: (``search.execute``), and a replay predicts the miss instead (``tunecache.replay``).
+FAR_RATIO = 2.0**FAR_LOG2
 
 
 #: A target loop extent above this that is a prime its source's matching loop does not share

@@ -31,7 +31,7 @@ from typing import Any
 from tunecache import config
 from tunecache.errors import Interrupted, TunecacheError, TuningError
 from tunecache.interrupt import stop_requested
-from tunecache.reuse.costs import FAR_LOG2
+from tunecache.reuse.costs import FAR_RATIO
 from tunecache.reuse.graph import ROOT
 from tunecache.reuse.plan import PlanStep
 from tunecache.reuse.planner import ModelPlan
@@ -361,14 +361,10 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
                        latency_s=best[0].latency_s)
 
 
-#: A source this many times larger or smaller (in floating-point work) than its target is "far":
-#: fewer of its tile sizes fit, and the report says so; the planner prices such a source
-#: worse (:data:`tunecache.reuse.costs.FAR_LOG2`).
-FAR_RATIO = 2.0**FAR_LOG2
-
-
 def _far(source: NodeSpec, target: NodeSpec) -> str:
-    """``"; the source is 12x this task's work"`` when the source is far from its target, else ``""``."""
+    """``"; the source is 12x this task's work"`` when the source is at least
+    :data:`~tunecache.reuse.costs.FAR_RATIO` times larger or smaller than its target (fewer of its
+    tile sizes fit), else ``""``."""
     if source.work <= 0 or target.work <= 0:
         return ""
     ratio = source.work / target.work
