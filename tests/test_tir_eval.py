@@ -59,6 +59,24 @@ def predicated(a: T.Buffer((10,), "float32"), b: T.Buffer((10,), "float32")):
 
 
 @T.prim_func(private=True, s_tir=True)
+def prepack(a: T.Buffer((192, 96), "float32"), b: T.Buffer((3, 3, 2, 64, 16), "float16")):
+    # the shape of MetaSchedule's dense weight re-layout (VGG-16: 25088 x 4096), with a cast
+    for i, j in T.grid(192, 96):
+        with T.sblock("b"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            b[vj // 32, vi // 64, vj % 32 // 16, vi % 64, vj % 16] = T.Cast("float16", a[vi, vj])
+
+
+@T.prim_func(private=True, s_tir=True)
+def regroup(a: T.Buffer((4, 6), "float32"), b: T.Buffer((6, 4), "float32")):
+    # both sides split one variable, by 4 and by 6: the splits do not nest
+    for i in range(24):
+        with T.sblock("b"):
+            vi = T.axis.spatial(24, i)
+            b[vi // 4, vi % 4] = a[vi // 6, vi % 6]
+
+
+@T.prim_func(private=True, s_tir=True)
 def rowsum(a: T.Buffer((4, 8), "float32"), b: T.Buffer((4,), "float32")):
     for i, k in T.grid(4, 8):
         with T.sblock("b"):
@@ -83,8 +101,8 @@ def _llvm(func: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [o.numpy() for o in outs]
 
 
-@pytest.mark.parametrize("func", [relayout, two_outputs, padded, predicated],
-                         ids=["relayout", "two_outputs", "padded", "predicated"])
+@pytest.mark.parametrize("func", [relayout, two_outputs, prepack, regroup, padded, predicated],
+                         ids=["relayout", "two_outputs", "prepack", "regroup", "padded", "predicated"])
 def test_evaluate_matches_llvm(func: Any) -> None:
     from tunecache.tvm_layer.frontend.tir_eval import evaluate
 
@@ -118,9 +136,9 @@ def test_model_weight_prepacks_are_computed_with_numpy(monkeypatch: pytest.Monke
     seen: list[tuple[Any, list[np.ndarray], list[np.ndarray] | None]] = []
     real = tir_eval.evaluate
 
-    def spy(func: Any, inputs: Any) -> Any:
-        got = real(func, inputs)
-        seen.append((func, [np.array(x) for x in inputs], got))
+    def spy(func: Any, inputs: Any, empty: Any = None) -> Any:
+        got = real(func, inputs, empty)
+        seen.append((func, [np.array(x) for x in inputs], None if got is None else [np.array(x) for x in got]))
         return got
 
     monkeypatch.setattr(tir_eval, "evaluate", spy)
@@ -143,11 +161,29 @@ def test_large_nests_run_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     from tunecache.tvm_layer.frontend import tir_eval
 
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((64, 24)).astype("float32")
-    want = tir_eval.evaluate(relayout, [x])
-    monkeypatch.setattr(tir_eval, "MAX_POINTS", 100)  # 64 x 24 = 1536 iterations: 24 chunks of 64
-    got = tir_eval.evaluate(relayout, [x])
+    x = rng.standard_normal((24,)).astype("float32")
+    y = rng.standard_normal((4, 6)).astype("float32")
+    want = tir_eval.evaluate(predicated, [x[:10]])
+    monkeypatch.setattr(tir_eval, "MAX_POINTS", 2)  # 3 x 4 iterations: 6 chunks of 2
+    got = tir_eval.evaluate(predicated, [x[:10]])
     assert got is not None and want is not None
     np.testing.assert_array_equal(got[0], want[0])
-    monkeypatch.setattr(tir_eval, "MAX_STEPS", 10)
-    assert tir_eval.evaluate(relayout, [x]) is None
+    monkeypatch.setattr(tir_eval, "MAX_STEPS", 4)
+    assert tir_eval.evaluate(predicated, [x[:10]]) is None
+    assert tir_eval.evaluate(regroup, [y]) is None  # 24 points, 2 at a time
+
+
+def test_permutations_are_one_transpose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-layouts that only move elements (splits and fusions of the loop variables on either
+    side, a cast, extent-1 variables) are one numpy transpose, not a pass per loop chunk."""
+    from tunecache.tvm_layer.frontend import tir_eval
+
+    monkeypatch.setattr(tir_eval, "MAX_STEPS", 0)  # the element-wise path would decline at once
+    rng = np.random.default_rng(2)
+    for func, n_in in ((relayout, 1), (two_outputs, 2), (prepack, 1)):
+        inputs = [rng.standard_normal(_shape(p)).astype("float32") for p in func.params[:n_in]]
+        got = tir_eval.evaluate(func, inputs)
+        assert got is not None, func
+        for g, w in zip(got, _llvm(func, inputs), strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert tir_eval.evaluate(regroup, [np.ones((4, 6), dtype="float32")]) is None

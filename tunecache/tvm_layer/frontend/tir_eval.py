@@ -118,7 +118,8 @@ class _Machine:
             for part in s.seq:
                 self.stmt(part, env)
         elif kind == "For":
-            self._for(s, env)
+            if env or not self._permute(s):
+                self._for(s, env)
         elif kind == "SBlockRealize":
             self._block(s, env)
         elif kind == "BufferStore":
@@ -148,6 +149,64 @@ class _Machine:
                 self.stmt(s.body, inner)
         finally:
             self.points = saved
+
+    def _permute(self, s: Any) -> bool:
+        """Compute an outermost loop nest that moves each element of one buffer to another,
+        the positions on both sides mixed-radix splits and fusions of the loop variables (a
+        weight re-layout such as ``w[v1 // 64, v0 // 64, v1 % 64 // 32, v0 % 64, v1 % 32] =
+        a[v0, v1]``), as one numpy reshape and transpose; ``False`` leaves it to :meth:`_for`.
+
+        The element-wise path builds an index array per buffer dimension and point: 1.8 s for
+        VGG-16's 411 MB first dense weight, where the transpose takes a tenth of that.
+        """
+        extents: dict[int, int] = {}
+        loop = s
+        while type(loop).__name__ == "For":
+            if _const_int(loop.min) != 0 or (getattr(loop, "step", None) is not None and _const_int(loop.step) != 1):
+                return False
+            extents[_key(loop.loop_var)] = _const_int(loop.extent)
+            loop = loop.body
+        if type(loop).__name__ != "SBlockRealize":
+            return False
+        block = loop.block
+        pred = loop.predicate
+        if block.init is not None or list(block.match_buffers) or list(block.alloc_buffers) or not (
+                type(pred).__name__ == "IntImm" and int(pred.value) == 1):
+            return False
+        var_extent: dict[int, int] = {}  # block variable -> extent
+        for iv, value in zip(block.iter_vars, loop.iter_values, strict=True):
+            if type(value).__name__ != "Var" or _key(value) not in extents:
+                return False
+            var_extent[_key(iv.var)] = extents.pop(_key(value))
+        store = block.body
+        if extents or type(store).__name__ != "BufferStore":
+            return False  # a loop variable no block variable binds, or more than one statement
+        load = store.value
+        if type(load).__name__ == "Cast":  # to the stored buffer's dtype
+            load = load.value
+        if type(load).__name__ not in ("BufferLoad", "TensorLoad"):
+            return False
+        src_buf = getattr(load, "source", None)
+        if src_buf is None:
+            src_buf = getattr(load, "buffer", None)
+        src, dst = self.buffers.get(_key(src_buf)), self.buffers.get(_key(store.buffer))
+        if src is None or dst is None or src is dst:
+            return False
+        read, written = _radix(load.indices, list(src.shape), var_extent), _radix(store.indices, list(dst.shape),
+                                                                               var_extent)
+        if read is None or written is None:
+            return False
+        sides = [read, written]
+        cuts = _refine(sides, var_extent)
+        if cuts is None:
+            return False
+        labels = [[fine for atom in side for fine in cuts[atom]] for side in sides]
+        if sorted(labels[0]) != sorted(labels[1]):
+            return False
+        where = {a: i for i, a in enumerate(labels[0])}
+        moved = src.reshape([a[2] for a in labels[0]]).transpose([where[a] for a in labels[1]])
+        dst[...] = moved.reshape(dst.shape)
+        return True
 
     def _block(self, realize: Any, env: dict[int, Any]) -> None:
         block = realize.block
@@ -195,6 +254,84 @@ class _Machine:
         array[tuple(idx)] = value.astype(array.dtype, copy=False)
 
 
+_Atom = tuple[int, int, int]  # (variable, divisor, modulus): ``(v // divisor) % modulus``
+
+
+def _terms(e: Any, var_extent: dict[int, int]) -> list[tuple[int, _Atom]] | None:
+    """``e`` as a sum of ``coefficient * atom`` terms, or ``None``."""
+    kind = type(e).__name__
+    if kind == "Var":
+        n = var_extent.get(_key(e))
+        return None if n is None else [(1, (_key(e), 1, n))]
+    if kind == "IntImm":
+        return [] if int(e.value) == 0 else None
+    if kind == "Add":
+        a, b = _terms(e.a, var_extent), _terms(e.b, var_extent)
+        return None if a is None or b is None else a + b
+    if kind == "Mul":
+        x, c = (e.a, e.b) if type(e.b).__name__ == "IntImm" else (e.b, e.a)
+        inner = _terms(x, var_extent) if type(c).__name__ == "IntImm" else None
+        return None if inner is None else [(k * int(c.value), atom) for k, atom in inner]
+    if kind in ("FloorDiv", "FloorMod") and type(e.b).__name__ == "IntImm":
+        inner, c = _terms(e.a, var_extent), int(e.b.value)
+        if inner is None or len(inner) != 1 or inner[0][0] != 1 or c <= 0:
+            return None
+        v, d, m = inner[0][1]
+        if m % c:
+            return None  # a split that does not divide: padding, left to the element-wise path
+        return [(1, (v, d * c, m // c) if kind == "FloorDiv" else (v, d, c))]
+    return None
+
+
+def _radix(indices: Any, shape: list[int], var_extent: dict[int, int]) -> list[_Atom] | None:
+    """A buffer access's atoms in row-major order when its indices cover ``shape`` exactly, each
+    dimension a mixed-radix number of atoms, each variable split into atoms without gaps."""
+    if len(indices) != len(shape):
+        return None
+    atoms: list[_Atom] = []
+    for index, n in zip(indices, shape, strict=True):
+        terms = _terms(index, var_extent)
+        if terms is None:
+            return None
+        terms.sort(key=lambda t: -t[0])
+        stride = 1
+        for k, (_, _, m) in reversed(terms):
+            if k != stride:
+                return None
+            stride *= m
+        if stride != n:
+            return None
+        atoms += [atom for _, atom in terms]
+    for v, n in var_extent.items():
+        mine = sorted((a for a in atoms if a[0] == v), key=lambda a: a[1])
+        stride = 1
+        for _, d, m in mine:
+            if d != stride:
+                return None
+            stride *= m
+        if stride != n:
+            return None  # a variable used twice, or not at all (a broadcast)
+    return atoms
+
+
+def _refine(sides: list[list[_Atom]], var_extent: dict[int, int]) -> dict[_Atom, list[_Atom]] | None:
+    """Each atom of ``sides`` as the finest atoms both sides' splits make of its variable (high
+    to low), or ``None`` when the two sides' splits do not nest."""
+    cuts: dict[int, set[int]] = {v: {1, n} for v, n in var_extent.items()}
+    for side in sides:
+        for v, d, m in side:
+            cuts[v] |= {d, d * m}
+    fine: dict[int, list[_Atom]] = {}
+    for v, points in cuts.items():
+        ordered = sorted(points)
+        pairs = list(zip(ordered, ordered[1:], strict=False))
+        if any(b % a for a, b in pairs):
+            return None
+        fine[v] = [(v, a, b // a) for a, b in pairs][::-1]
+    return {atom: [f for f in fine[atom[0]] if atom[1] <= f[1] < atom[1] * atom[2]]
+            for side in sides for atom in side}
+
+
 def _binary() -> dict[str, Callable[[Any, Any, Any], Any]]:
     def floordiv(np: Any, a: Any, b: Any) -> Any:
         if np.issubdtype(np.result_type(a, b), np.integer):
@@ -221,7 +358,8 @@ def _binary() -> dict[str, Callable[[Any, Any, Any], Any]]:
 _BINARY = _binary()
 
 
-def evaluate(func: Any, inputs: Sequence[Any]) -> list[Any] | None:
+def evaluate(func: Any, inputs: Sequence[Any],
+             empty: Callable[[list[int], Any], Any] | None = None) -> list[Any] | None:
     """Run ``func`` in destination-passing style on numpy ``inputs``; return its outputs.
 
     Parameters
@@ -231,6 +369,10 @@ def evaluate(func: Any, inputs: Sequence[Any]) -> list[Any] | None:
         outputs (as ``relax.call_tir`` calls it).
     inputs
         numpy arrays of the input parameters' shapes and dtypes.
+    empty
+        ``empty(shape, numpy_dtype)`` allocates each output (zero-filled here), e.g. a numpy view
+        of a ``tvm.runtime.Tensor`` that becomes the constant without a copy; default
+        ``numpy.zeros``.
 
     Returns
     -------
@@ -257,7 +399,12 @@ def evaluate(func: Any, inputs: Sequence[Any]) -> list[Any] | None:
         for p in params[len(inputs):]:
             if not hasattr(p, "shape"):
                 raise _Decline("non-buffer parameter")
-            m._alloc(p)
+            if empty is None:
+                m._alloc(p)
+            else:
+                out = empty([_const_int(d) for d in p.shape], _dtype(np, str(p.dtype)))
+                out[...] = 0
+                m.buffers[_key(p)] = out
             outputs.append(m.buffers[_key(p)])
         with np.errstate(all="ignore"):
             m.stmt(func.body, {})
