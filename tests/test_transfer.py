@@ -66,3 +66,22 @@ def test_excluded_or_missing_records_give_an_untrained_model(tuned_store, target
     assert (info.workloads, info.records) == (0, 0) and model.data_size == 0
     _model, info = pretrained_cost_model(Store(str(tmp_path / "empty.db")), hw, target)
     assert info.records == 0
+
+
+def test_plan_model_is_pretrained_on_use_on_the_searched_families(tuned_store, target) -> None:
+    """The plan's shared model costs nothing until an evolutionary search asks for it, then is
+    trained once, on the families of the tasks that search is given."""
+    from tunecache.search.transfer import PretrainedOnUse, resolve_cost_model
+    from tunecache.tvm_layer.target import hardware_key
+
+    st, hw = Store(tuned_store), hardware_key(target)
+    lazy = PretrainedOnUse(st, hw, target)
+    assert lazy.model is None and lazy.info is None
+    model = resolve_cost_model(lazy, {"pool2d"})  # no stored program of that family
+    assert lazy.info is not None and lazy.info.records == 0 and model.data_size == 0
+    assert resolve_cost_model(lazy, {"matmul"}) is model  # trained once a plan
+    trained = PretrainedOnUse(st, hw, target)
+    assert resolve_cost_model(trained, {"matmul", ""}).data_size >= 4
+    assert trained.info is not None and trained.info.workloads >= 1
+    plain = object()
+    assert resolve_cost_model(plain, {"matmul"}) is plain

@@ -7,7 +7,7 @@ module imports neither TVM nor a store backend.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -98,6 +98,10 @@ class SearchContext:
         records already spent do not count; the stored records still seed the search.
     search
         The full search's kind: ``"evolutionary"`` or ``"gradient"`` (:data:`tunecache.config.SEARCHES`).
+    shared
+        What the plan's searches compute once and share (the gradient search's start: the
+        store's training rows and neighbours, and its cost model); ``dataclasses.replace`` keeps
+        the same dict.
     """
 
     target: Any
@@ -118,3 +122,4 @@ class SearchContext:
     wait_s: float = 3600.0
     fresh: bool = False
     search: str = DEFAULT_SEARCH
+    shared: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -36,6 +36,7 @@ from tunecache.reuse.graph import ROOT
 from tunecache.reuse.plan import PlanStep
 from tunecache.reuse.planner import ModelPlan
 from tunecache.search.budget import TOP_UP_MIN_S, full_search_deadline, step_caps
+from tunecache.search.transfer import resolve_cost_model
 from tunecache.store.claims import Lease, default_holder, holder_is_dead
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Provenance
@@ -90,6 +91,8 @@ class NodeSpec:
         Calls per model run, plus those of the tasks reused from it (full search's scheduler weight).
     work
         Floating-point work of one call (escalation compares throughput with its source's).
+    family
+        Operator family (what the shared cost model pre-trains on); ``""`` when unknown.
     """
 
     node: str
@@ -98,6 +101,7 @@ class NodeSpec:
     mod: Any = None
     weight: float = 1.0
     work: float = 0.0
+    family: str = ""
 
 
 def _prov(hw: HardwareKey, kind: str, source: WorkloadKey | None = None, source_uid: str | None = None) -> Provenance:
@@ -209,7 +213,8 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
                                  max_trials_per_task=max(budgets[s.node] for s in todo),
                                  time_budget_s=_remaining(ctx.deadline), seed=ctx.seed,
                                  work_dir=str(Path(ctx.work_dir) / "full"), progress=ctx.progress,
-                                 builder=ctx.builder, runner=ctx.runner, cost_model=ctx.cost_model)
+                                 builder=ctx.builder, runner=ctx.runner,
+                                 cost_model=resolve_cost_model(ctx.cost_model, {s.family for s in todo}))
         except RuntimeError as err:
             reraise_store_error(db, err)
             raise
@@ -234,7 +239,8 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
     The cost model starts from the shipped one refitted on the store's records for the hardware
     (:func:`tunecache.search.gradient.training.start_model`), and every task's measurements refine
     it for the next; each task starts from the store's programs of similar tasks too
-    (:func:`tunecache.search.gradient.training.read_store`). Records are committed like the
+    (:func:`tunecache.search.gradient.training.read_store`). The store is read once a plan
+    (``ctx.shared``): a later call goes on with the model the earlier ones refined. Records are committed like the
     evolutionary search's (provenance ``tuned``). After ``ctx.deadline`` no task starts and a task's
     search starts no new round; nor after a stop request.
     """
@@ -243,7 +249,9 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
     from tunecache.search.gradient.training import read_store, start_model
 
     out: dict[str, TaskOutcome] = {}
-    started: tuple[Any, Any, Any, Any] | None = None  # model, rows, neighbours, limits: once a tiled task comes
+    # model, rows, neighbours, limits: once a tiled task comes, then for every later gradient
+    # search of the plan (each read of 4,000 stored records took VGG-16 5.5 s)
+    started: tuple[Any, Any, Any, Any] | None = ctx.shared.get("gradient_start")
     base = 0
     for s in specs:
         try:
@@ -255,6 +263,7 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
         if started is None:
             sample = read_store(ctx.store, ctx.hardware)
             started = (*start_model(rows=sample.rows, seed=ctx.seed or 0), sample.tilings, host_limits(ctx.target))
+            ctx.shared["gradient_start"] = started
         model, rows, neighbours, limits = started
         if stop_requested():
             raise Interrupted(base)
@@ -443,12 +452,15 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
         # starve a bridge that half the model reuses.
         if n in mp.tasks:
             t = mp.tasks[n]
-            specs[n] = NodeSpec(n, t.name, workload_of(m)[0], m, float(t.weight) + served(n), float(t.nest.work))
+            specs[n] = NodeSpec(n, t.name, workload_of(m)[0], m, float(t.weight) + served(n), float(t.nest.work),
+                                t.nest.family)
         else:
-            work = float(mp.bridges[n].work) if n in mp.bridges else 0.0
-            specs[n] = NodeSpec(n, n, workload_of(m)[0], m, max(1.0, served(n)), work)
+            bridge = mp.bridges.get(n)
+            specs[n] = NodeSpec(n, n, workload_of(m)[0], m, max(1.0, served(n)),
+                                float(bridge.work) if bridge is not None else 0.0,
+                                bridge.family if bridge is not None else "")
     for n, s in mp.stored.items():
-        specs[n] = NodeSpec(n, s.name, s.key, None, 1.0, float(s.nest.work))
+        specs[n] = NodeSpec(n, s.name, s.key, None, 1.0, float(s.nest.work), s.nest.family)
     return specs
 
 
@@ -566,14 +578,14 @@ def execute_plan(
         return budget - spent - later
 
     def share_model() -> None:
-        """Pre-train the shared cost model once, when the first search starts (a resumed plan
-        whose steps are all done in the store pays nothing)."""
+        """Give the plan's searches one cost model, pre-trained when an evolutionary search first
+        needs it, on the families of the tasks it searches (a plan whose searches are all
+        gradient and narrowed searches, or all done in the store, pays nothing)."""
         nonlocal ctx
         if transfer and ctx.cost_model is None:
-            from tunecache.search.transfer import pretrained_cost_model
+            from tunecache.search.transfer import PretrainedOnUse
 
-            fams = {t.nest.family for t in mp.tasks.values()}
-            ctx = replace(ctx, cost_model=pretrained_cost_model(store, hardware, ctx.target, families=fams)[0])
+            ctx = replace(ctx, cost_model=PretrainedOnUse(store, hardware, ctx.target))
 
     def finish(o: TaskOutcome) -> None:
         nonlocal spent
