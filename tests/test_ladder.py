@@ -70,6 +70,44 @@ def test_a_reused_program_far_below_its_source_escalates(tuned_source) -> None:
     assert t.trials > 0
 
 
+def test_a_task_whose_data_spills_further_than_its_sources_is_not_escalated(tuned_source, monkeypatch) -> None:
+    """The source's throughput is no bar when the task's data fits only a farther cache level:
+    the same impossible-speed source as above, with caches sized (a fake, to make the two
+    tasks' levels deterministic) so that the source's 80 KiB fit L2 and the task's 128 KiB do not."""
+    db, _first, src = tuned_source
+    from tunecache.store import WorkloadKey
+    from tunecache.tvm_layer import target as target_mod
+    from tunecache.tvm_layer.target import hardware_key
+
+    store = Store(db)
+    for r in store.best_k(WorkloadKey(src.workload.split(":", 1)[1]), hardware_key(None), 10):
+        store.set_latency(r.uid, 1e-9, cv=0.0)
+    monkeypatch.setattr(target_mod, "cache_bytes", lambda: {1: 32 << 10, 2: 100 << 10, 3: 1 << 20})
+    cm = tunecache.compile(relax_matmul_relu(128, 128, 64), store=db, trials_per_task=TRIALS, seed=2, progress=False)
+    (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
+    assert t.outcome == "reused" and t.source == src.workload, t.note
+    assert "not escalated" in t.note and "fits L3" in t.note and "L2" in t.note
+    assert 0 < t.trials < TRIALS
+
+
+def test_a_task_worth_little_of_the_model_is_not_escalated(tuned_source, monkeypatch) -> None:
+    """Below ``ESCALATE_MIN_SHARE`` of the plan's work a slow reuse is kept, with the reason: the
+    same impossible-speed source, the bar raised above this one-task model's whole share."""
+    db, _first, src = tuned_source
+    from tunecache.search import execute
+    from tunecache.store import WorkloadKey
+    from tunecache.tvm_layer.target import hardware_key
+
+    store = Store(db)
+    for r in store.best_k(WorkloadKey(src.workload.split(":", 1)[1]), hardware_key(None), 10):
+        store.set_latency(r.uid, 1e-9, cv=0.0)
+    monkeypatch.setattr(execute, "ESCALATE_MIN_SHARE", 1.01)
+    cm = tunecache.compile(relax_matmul_relu(128, 128, 64), store=db, trials_per_task=TRIALS, seed=2, progress=False)
+    (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
+    assert t.outcome == "reused" and "not escalated: 100.0% of the model's work" in t.note, t.note
+    assert 0 < t.trials < TRIALS
+
+
 def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, monkeypatch) -> None:
     """Every task claimed in a pass keeps its claim, renewed, while the searches before it run:
     they take longer than a lease, and an expired claim lets another warmer search it too."""

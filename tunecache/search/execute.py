@@ -93,6 +93,9 @@ class NodeSpec:
         Floating-point work of one call (escalation compares throughput with its source's).
     family
         Operator family (what the shared cost model pre-trains on); ``""`` when unknown.
+    share
+        The task's share of its plan's work (calls x work over all planned tasks; 1 for a
+        bridge): a reused task below :data:`ESCALATE_MIN_SHARE` is not escalated.
     """
 
     node: str
@@ -102,6 +105,7 @@ class NodeSpec:
     weight: float = 1.0
     work: float = 0.0
     family: str = ""
+    share: float = 1.0
 
 
 def _prov(hw: HardwareKey, kind: str, source: WorkloadKey | None = None, source_uid: str | None = None) -> Provenance:
@@ -348,7 +352,14 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     best = store.best_k(spec.key, hardware, 1)
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
-    if not best or (src_tput > 0 and tput < ctx.escalate_below * src_tput):
+    slower = src_tput > 0 and tput < ctx.escalate_below * src_tput
+    spill = _spills_further(spec, source, ctx) if best and slower else ""
+    if best and slower and spec.share < ESCALATE_MIN_SHARE:
+        far += (f"; throughput {tput / src_tput:.2f}x its source's, not escalated: {spec.share:.1%} of the "
+                "model's work")
+    elif spill:  # the source's throughput is no bar for a task whose data comes from farther out
+        far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated: {spill}"
+    elif not best or slower:
         why = "no valid reused program" if not best else f"throughput {tput / src_tput:.2f}x its source's"
         left = None if max_total is None else max_total - res.trials
         if left is None or left > 0:
@@ -368,6 +379,49 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     return TaskOutcome(spec.node, spec.name, spec.key, "reused", res.trials, secs, source=str(source.key),
                        note=f"narrowed search from {source.name}" + (f" ({far[2:]})" if far else ""),
                        latency_s=best[0].latency_s)
+
+
+def _cache_level(nbytes: int, caches: dict[int, int]) -> int:
+    """The cache level that holds ``nbytes`` (L1 counted as L2; one past the last level: memory)."""
+    levels = sorted(level for level in caches if level >= 2)
+    return next((level for level in levels if nbytes <= caches[level]), (levels[-1] + 1) if levels else 4)
+
+
+def _argument_bytes(spec: NodeSpec, ctx: SearchContext) -> int:
+    """Bytes of ``spec``'s arguments (0: unknown); a stored source's module is read from the store."""
+    from tunecache.tvm_layer.convert import workload_from_json
+    from tunecache.tvm_layer.tir import argument_bytes
+
+    mod = spec.mod
+    if mod is None:
+        stored = ctx.store.get_workload(spec.key)
+        try:
+            mod = workload_from_json(stored.key, stored.mod_json).mod if stored and stored.mod_json else None
+        except Exception:  # noqa: BLE001 - a workload this TVM cannot read: size unknown
+            mod = None
+    return argument_bytes(mod) if mod is not None else 0
+
+
+def _spills_further(spec: NodeSpec, source: NodeSpec, ctx: SearchContext) -> str:
+    """Why ``source``'s throughput is no bar for ``spec`` (``""`` when it is): ``spec``'s
+    arguments fit only in a cache level farther out than the source's (or in none), so its
+    reads are bound by a slower memory. VGG-16's 4096 x 4096 GEMV (64 MB, memory) was escalated
+    against ResNet-50's 2048 x 1000 classifier (8 MB, L3): 32 trials for a kernel that streams
+    its weights whatever the schedule."""
+    from tunecache.tvm_layer.target import cache_bytes
+
+    caches = cache_bytes()
+    mine, theirs = _argument_bytes(spec, ctx), _argument_bytes(source, ctx)
+    if not caches or mine <= 0 or theirs <= 0:
+        return ""
+    lm, lt = _cache_level(mine, caches), _cache_level(theirs, caches)
+    if lm <= lt:
+        return ""
+
+    def where(level: int) -> str:
+        return f"L{level} ({caches[level] >> 20 or 1} MiB)" if level in caches else "no cache"
+
+    return f"its data ({mine / 2**20:.1f} MiB) fits {where(lm)}, its source's ({theirs / 2**20:.1f} MiB) {where(lt)}"
 
 
 def _far(source: NodeSpec, target: NodeSpec) -> str:
@@ -445,6 +499,7 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
         """Weight of the tasks that reuse ``n``'s program, directly or down the chain."""
         return sum(float(mp.tasks[c].weight if c in mp.tasks else 0.0) + served(c) for c in mp.plan.children(n))
 
+    total = sum(float(t.weight) * float(t.nest.work) for t in mp.tasks.values()) or 1.0
     specs: dict[str, NodeSpec] = {}
     for n, m in mods.items():
         # A full search's weight is what its result is worth: its own calls plus those of every
@@ -453,7 +508,7 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
         if n in mp.tasks:
             t = mp.tasks[n]
             specs[n] = NodeSpec(n, t.name, workload_of(m)[0], m, float(t.weight) + served(n), float(t.nest.work),
-                                t.nest.family)
+                                t.nest.family, float(t.weight) * float(t.nest.work) / total)
         else:
             bridge = mp.bridges.get(n)
             specs[n] = NodeSpec(n, n, workload_of(m)[0], m, max(1.0, served(n)),
@@ -463,6 +518,12 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
         specs[n] = NodeSpec(n, s.name, s.key, None, 1.0, float(s.nest.work), s.nest.family)
     return specs
 
+
+#: A reused task whose share of the plan's work (calls x work) is below this is not escalated to a
+#: full search when its throughput falls short of its source's: BERT's softmax at 64 tokens
+#: (0.68x its 128-token source's) took 102 s of a 125 s compile at B = 128, for a kernel worth
+#: under 1% of the model; its layer norm at 256 tokens, 17 s of 39 s.
+ESCALATE_MIN_SHARE = 0.02
 
 #: :func:`top_up` leaves out a task whose share of the searched tasks' time (calls x best
 #: latency) is below this: BERT's fused fast-softmax (0.7% of a 2-layer BERT's) took 168 of a

@@ -28,6 +28,7 @@ __all__ = [
     "load_buffer",
     "buffer_shape",
     "buffer_dtype",
+    "argument_bytes",
     "expr_children",
     "walk_expr",
     "buffer_loads",
@@ -237,6 +238,22 @@ def buffer_shape(buffer: Any) -> list[int]:
 def buffer_dtype(buffer: Any) -> str:
     """Return a buffer's dtype string."""
     return str(buffer.ty.dtype)
+
+
+def argument_bytes(mod: Any) -> int:
+    """Return the bytes of a task's arguments (its first PrimFunc's buffer parameters: inputs,
+    weights, output), or 0 when a shape is symbolic."""
+    tvm = load_tvm()
+    total = 0
+    for param in first_primfunc(mod).params:
+        if not hasattr(param, "shape"):
+            continue  # a scalar
+        dims = list(param.shape)
+        if not all(type(d).__name__ == "IntImm" for d in dims):
+            return 0
+        dtype = tvm.DataType(str(param.dtype))
+        total += math.prod(int(d) for d in dims) * dtype.bits * max(1, dtype.lanes) // 8
+    return total
 
 
 def expr_children(expr: Any) -> list[Any]:
