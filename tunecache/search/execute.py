@@ -94,8 +94,8 @@ class NodeSpec:
     family
         Operator family (what the shared cost model pre-trains on); ``""`` when unknown.
     share
-        The task's share of its plan's work (calls x work over all planned tasks; 1 for a
-        bridge): a reused task below :data:`ESCALATE_MIN_SHARE` is not escalated.
+        The task's share of its plan (:func:`_work_shares`; 1 for a bridge): a reused task
+        below :data:`ESCALATE_MIN_SHARE` is not escalated.
     """
 
     node: str
@@ -499,7 +499,7 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
         """Weight of the tasks that reuse ``n``'s program, directly or down the chain."""
         return sum(float(mp.tasks[c].weight if c in mp.tasks else 0.0) + served(c) for c in mp.plan.children(n))
 
-    total = sum(float(t.weight) * float(t.nest.work) for t in mp.tasks.values()) or 1.0
+    share = _work_shares(mp, mods)
     specs: dict[str, NodeSpec] = {}
     for n, m in mods.items():
         # A full search's weight is what its result is worth: its own calls plus those of every
@@ -508,7 +508,7 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
         if n in mp.tasks:
             t = mp.tasks[n]
             specs[n] = NodeSpec(n, t.name, workload_of(m)[0], m, float(t.weight) + served(n), float(t.nest.work),
-                                t.nest.family, float(t.weight) * float(t.nest.work) / total)
+                                t.nest.family, share[n])
         else:
             bridge = mp.bridges.get(n)
             specs[n] = NodeSpec(n, n, workload_of(m)[0], m, max(1.0, served(n)),
@@ -517,6 +517,22 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
     for n, s in mp.stored.items():
         specs[n] = NodeSpec(n, s.name, s.key, None, 1.0, float(s.nest.work), s.nest.family)
     return specs
+
+
+def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
+    """Each planned task's share of the plan: calls x work over all tasks, or, for a task whose
+    arguments exceed the last cache level (a GEMV streaming 64 MB of weights does little work
+    and takes much time), calls x argument bytes over all tasks, whichever is larger."""
+    from tunecache.tvm_layer.target import cache_bytes
+    from tunecache.tvm_layer.tir import argument_bytes
+
+    caches = cache_bytes()
+    llc = max(caches.values()) if caches else 32 << 20
+    work = {n: float(t.weight) * float(t.nest.work) for n, t in mp.tasks.items()}
+    size = {n: float(t.weight) * argument_bytes(mods[n]) if n in mods else 0.0 for n, t in mp.tasks.items()}
+    total_work, total_size = sum(work.values()) or 1.0, sum(size.values()) or 1.0
+    return {n: max(work[n] / total_work, size[n] / total_size if size[n] > llc * float(mp.tasks[n].weight) else 0.0)
+            for n in mp.tasks}
 
 
 #: A reused task whose share of the plan's work (calls x work) is below this is not escalated to a
