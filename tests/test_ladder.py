@@ -178,3 +178,13 @@ def test_more_search_goes_to_tasks_worth_two_percent_of_the_time(latencies, kept
     out = {n: TaskOutcome(n, n, WorkloadKey(str(i)), "fallback" if n == "d" else "tuned", 8, 1.0,
                           latency_s=latencies[n]) for i, n in enumerate(weights)}
     assert worth_more_search(plan, out) == kept  # type: ignore[arg-type]
+
+
+def test_cache_levels_of_a_task_s_data() -> None:
+    """L1 counts as L2; past the last level is memory (one more level)."""
+    from tunecache.search.execute import _cache_level
+
+    caches = {1: 48 << 10, 2: 1 << 20, 3: 32 << 20}
+    assert [_cache_level(n, caches) for n in (1, 48 << 10, 1 << 20, (1 << 20) + 1, 32 << 20, 64 << 20)] == [
+        2, 2, 2, 3, 3, 4]
+    assert _cache_level(64 << 20, {1: 32 << 10, 2: 256 << 10}) == 3

@@ -528,11 +528,11 @@ def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
 
     caches = cache_bytes()
     llc = max(caches.values()) if caches else 32 << 20
+    nbytes = {n: argument_bytes(mods[n]) if n in mods else 0 for n in mp.tasks}
     work = {n: float(t.weight) * float(t.nest.work) for n, t in mp.tasks.items()}
-    size = {n: float(t.weight) * argument_bytes(mods[n]) if n in mods else 0.0 for n, t in mp.tasks.items()}
+    size = {n: float(t.weight) * nbytes[n] for n, t in mp.tasks.items()}
     total_work, total_size = sum(work.values()) or 1.0, sum(size.values()) or 1.0
-    return {n: max(work[n] / total_work, size[n] / total_size if size[n] > llc * float(mp.tasks[n].weight) else 0.0)
-            for n in mp.tasks}
+    return {n: max(work[n] / total_work, size[n] / total_size if nbytes[n] > llc else 0.0) for n in mp.tasks}
 
 
 #: A reused task whose share of the plan's work (calls x work) is below this is not escalated to a
