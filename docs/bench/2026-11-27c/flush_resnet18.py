@@ -1,5 +1,8 @@
 """ResNet-18 tuned at B trials a task: runner as shipped vs cache flushed before each run only for
-candidates whose arguments exceed L2 (large weights: read from memory in the model)."""
+large candidates (their data read from memory in the model).
+
+``python flush_resnet18.py B args``: flush where all arguments together exceed 1 MiB (L2);
+``python flush_resnet18.py B weights``: flush where the largest argument exceeds 4 MiB."""
 import sys, time, json, math, numpy as np, torch
 import tunecache
 from tunecache import zoo
@@ -12,12 +15,14 @@ tvm = load_tvm()
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 32
-LIMIT = 4 << 20
+MODE = sys.argv[2] if len(sys.argv) > 2 else "args"
+LIMIT = (1 << 20) if MODE == "args" else (4 << 20)
 orig = measure.make_runner
 stats = {"flushed": 0, "warm": 0}
 
 def nbytes(inp):
-    return max(math.prod(int(d) for d in a.shape) * 4 for a in inp.args_info)
+    sizes = [math.prod(int(d) for d in a.shape) * 4 for a in inp.args_info]
+    return sum(sizes) if MODE == "args" else max(sizes)
 
 class Pools:
     def __init__(self, *ps): self.ps = ps
@@ -62,7 +67,7 @@ for arm, seed in [("warm", 0), ("flush-large", 0), ("warm", 1), ("flush-large", 
             mod.make_runner = f
     t0 = time.time()
     cm = tunecache.compile(zm.module, example_inputs=zm.example_inputs, tune="auto", trials_per_task=B,
-                           store=f"/tmp/s18/flw_{arm}_{seed}_{B}.db", progress=False, seed=seed, library_cache=False)
+                           store=f"/tmp/s18/fl_{MODE}_{arm}_{seed}_{B}.db", progress=False, seed=seed, library_cache=False)
     r = cm.report
     arms[f"{arm}/{seed}"] = cm
     print(arm, seed, "s", round(time.time() - t0, 1), "err", float((cm(*zm.example_inputs) - ref).abs().max()),
