@@ -39,7 +39,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -97,26 +96,9 @@ class CacheSizes:
 def cache_sizes() -> CacheSizes:
     """The host's L1 data and L2 sizes from ``/sys/devices/system/cpu/cpu0/cache`` (defaults:
     32 KiB and 512 KiB where it cannot be read)."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    found: dict[int, int] = {}
-    try:
-        for name in os.listdir(base):
-            if not name.startswith("index"):
-                continue
-            path = os.path.join(base, name)
-            with open(os.path.join(path, "level")) as f:
-                level = int(f.read().strip())
-            with open(os.path.join(path, "type")) as f:
-                kind = f.read().strip()
-            with open(os.path.join(path, "size")) as f:
-                text = f.read().strip().upper()
-            if kind == "Instruction":
-                continue
-            mult = {"K": 1024, "M": 1024 * 1024}.get(text[-1:], 1)
-            size = int(text.rstrip("KM")) * mult
-            found[level] = size
-    except (OSError, ValueError):
-        pass
+    from tunecache.tvm_layer.target import cache_bytes
+
+    found = cache_bytes()
     d = CacheSizes()
     return CacheSizes(found.get(1, d.l1), found.get(2, d.l2))
 

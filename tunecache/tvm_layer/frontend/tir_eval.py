@@ -38,6 +38,12 @@ def _key(obj: Any) -> int:
     return int(obj.__chandle__())
 
 
+def _loaded_buffer(load: Any) -> Any:
+    """The buffer a load reads (``source`` in TVM 0.27, ``buffer`` before), or ``None``."""
+    buf = getattr(load, "source", None)
+    return buf if buf is not None else getattr(load, "buffer", None)
+
+
 def _const_int(expr: Any) -> int:
     if type(expr).__name__ != "IntImm":
         raise _Decline(f"non-constant extent {expr}")
@@ -98,9 +104,7 @@ class _Machine:
 
     def _load(self, e: Any, env: dict[int, Any]) -> Any:
         np = self.np
-        buf = getattr(e, "source", None)
-        if buf is None:
-            buf = getattr(e, "buffer", None)
+        buf = _loaded_buffer(e)
         array = self.buffers.get(_key(buf)) if buf is not None else None
         if array is None:
             raise _Decline("load from an unknown buffer")
@@ -186,10 +190,9 @@ class _Machine:
             load = load.value
         if type(load).__name__ not in ("BufferLoad", "TensorLoad"):
             return False
-        src_buf = getattr(load, "source", None)
-        if src_buf is None:
-            src_buf = getattr(load, "buffer", None)
-        src, dst = self.buffers.get(_key(src_buf)), self.buffers.get(_key(store.buffer))
+        src_buf = _loaded_buffer(load)
+        src = self.buffers.get(_key(src_buf)) if src_buf is not None else None
+        dst = self.buffers.get(_key(store.buffer))
         if src is None or dst is None or src is dst:
             return False
         read, written = _radix(load.indices, list(src.shape), var_extent), _radix(store.indices, list(dst.shape),
@@ -294,24 +297,24 @@ def _radix(indices: Any, shape: list[int], var_extent: dict[int, int]) -> list[_
         if terms is None:
             return None
         terms.sort(key=lambda t: -t[0])
-        stride = 1
-        for k, (_, _, m) in reversed(terms):
-            if k != stride:
-                return None
-            stride *= m
-        if stride != n:
+        if not _mixed_radix([(k, m) for k, (_, _, m) in terms], n):
             return None
         atoms += [atom for _, atom in terms]
     for v, n in var_extent.items():
-        mine = sorted((a for a in atoms if a[0] == v), key=lambda a: a[1])
-        stride = 1
-        for _, d, m in mine:
-            if d != stride:
-                return None
-            stride *= m
-        if stride != n:
+        if not _mixed_radix([(d, m) for u, d, m in atoms if u == v], n):
             return None  # a variable used twice, or not at all (a broadcast)
     return atoms
+
+
+def _mixed_radix(digits: list[tuple[int, int]], total: int) -> bool:
+    """Whether ``(place, base)`` digits, in any order, count ``0 .. total - 1`` exactly once:
+    the smallest place is 1, each next place the product of the bases below it."""
+    stride = 1
+    for place, base in sorted(digits):
+        if place != stride:
+            return False
+        stride *= base
+    return stride == total
 
 
 def _refine(sides: list[list[_Atom]], var_extent: dict[int, int]) -> dict[_Atom, list[_Atom]] | None:
