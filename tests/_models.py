@@ -57,6 +57,22 @@ def relax_matmul_relu(m: int, k: int, n: int):
     return Mod
 
 
+def relax_softmax(rows: int, n: int):
+    """A Relax IRModule computing softmax(x) over the last axis of x: (rows, n)."""
+    from tunecache.tvm_layer import load_tvm
+
+    load_tvm()
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((rows, n), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.softmax(x, axis=-1))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
 def te_conv(tvm, shape, kernel, k, pad=0, stride=1, layout="NCHW"):
     from tvm import te, topi
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _models import relax_matmul_relu
+from _models import relax_matmul_relu, relax_softmax
 
 import tunecache
 from tunecache.store import open_store
@@ -151,3 +151,42 @@ def test_nothing_similar_stored_is_predicted_and_says_so(warm: tuple[str, Any], 
     (task,) = cm.report.tasks
     assert task.outcome == "predicted" and "no stored program of the same operator" in task.note
     assert open_store(str(tmp_path / "empty.db")).count_records() == 0  # predicted, never stored
+
+
+def test_a_program_that_recomputes_more_on_the_new_shape_is_passed_over(tmp_path: Path) -> None:
+    """The source's best program sums each row inside the loop over the row's elements: on 4x
+    longer rows it does 4x the redundant sums per element, which its source's latency cannot
+    show (BERT's softmax at 256 tokens: 33 ms against 0.7 ms for the next program). The replay
+    takes the source's next program, and the note says which one was passed over and why."""
+    from tunecache.store.records import Provenance
+    from tunecache.tvm_layer import frontend, load_tvm
+    from tunecache.tvm_layer.convert import record_from_tvm
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    db = str(tmp_path / "softmax.db")
+    cm = tunecache.compile(relax_softmax(8, 16), store=db, trials_per_task=TRIALS, seed=0, progress=False)
+    assert cm.report.count("tuned") == 1
+    load_tvm()
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule
+
+    target = resolve_target(None)
+    (task,) = frontend.extract_tasks(frontend.prepare_for_tuning(relax_softmax(8, 16), target), target)
+    sch = Schedule(task.mod)
+    _, inner = sch.get_loops(sch.get_sblock("T_softmax_norm"))
+    sch.compute_at(sch.get_sblock("T_softmax_expsum"), inner)  # the row's sum, once per element
+    recomputing = record_from_tvm(
+        ms.database.TuningRecord(sch.trace, ms.database.Workload(task.mod), [1e-9], target,
+                                 ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)),
+        task.key, hardware_key(target), Provenance(kind="tuned"))
+    store = open_store(db)
+    store.commit_record(recomputing)
+    assert store.best_k(task.key, hardware_key(target), 1)[0].uid == recomputing.uid  # the source's best
+
+    cm = tunecache.compile(relax_softmax(8, 64), store=db, tune="never", progress=False)
+    (replayed,) = cm.report.tasks
+    assert replayed.outcome == "replayed" and replayed.trials == 0, replayed
+    assert f"passed over: {replayed.source}'s program {recomputing.uid[:8]} recomputes" in replayed.note
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype("float32")
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(cm(x), e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)

@@ -33,14 +33,23 @@ from tunecache.reuse.costs import FAR_RATIO, PRIME_EXTENT_ABOVE, CostModel, prim
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Record
 
-__all__ = ["PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE", "SOURCES_TRIED", "Replay", "replay_misses"]
+__all__ = ["PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE", "RECOMPUTE_GROWTH", "SOURCES_TRIED", "Replay", "replay_misses"]
 
 log = logging.getLogger("tunecache")
 
 #: Stored workloads tried per miss, best expected quality first.
 SOURCES_TRIED = 3
 #: Programs of one source tried (its best first) before the next source.
-PROGRAMS_PER_SOURCE = 2
+PROGRAMS_PER_SOURCE = 3
+#: A replayed program that executes more than this many times the arithmetic per unit of its
+#: task's work than the same program does on its source is passed over for the next one: it
+#: recomputes something in a loop whose extent grew, which its source's latency does not show.
+#: BERT's softmax at 256 tokens replayed from 128 tokens: the best program's sum over 128
+#: partials, recomputed for each output element, was 1.23x the arithmetic per unit of work and
+#: ran 33 ms against 0.4 ms on its source (LLVM hoists the 64-step sum it fully unrolls at 128
+#: tokens, not the 128-step loop at 256); the source's third program, no recomputation, 0.7 ms
+#: (AMD EPYC Zen 3, docs/newmodel.md, session 19).
+RECOMPUTE_GROWTH = 1.10
 
 
 @dataclass(frozen=True)
@@ -137,18 +146,30 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                           f"the nearest stored program ({near[0].name} {list(near[0].nest.extents)}) is "
                           f"{max(ratio, 1 / ratio):.0f}x {'less' if ratio > 1 else 'more'} work: few of its "
                           "tiles fit", work=work)
+        grown: list[tuple[float, Replay, str]] = []
         for s in near[:sources]:
+            source_mod: list[Any] = []  # the source's own module, decoded once if needed
             for rec in store.best_k(s.key, hw, programs):
                 try:
                     got = replayed_record(rec, t.mod, t.key, hw, target)
                 except Exception as err:  # noqa: BLE001 - one source failing is a reason, not an error
                     got = f"replaying record {rec.uid} failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
-                if isinstance(got, Record):
-                    scaled = None if rec.latency_s is None else rec.latency_s * work / max(float(s.nest.work), 1.0)
-                    return Replay(t.key, got, str(s.key), s.name,
-                                  f"replayed from {s.name} {list(s.nest.extents)} onto {list(d.nest.extents)}, "
-                                  "0 measurements", work=work, source_latency_s=scaled)
-                reasons.append(f"{s.name}: {got}")
+                if not isinstance(got, Record):
+                    reasons.append(f"{s.name}: {got}")
+                    continue
+                growth = _recompute_growth(rec, got, s.key, source_mod, t, target, store)
+                scaled = None if rec.latency_s is None else (
+                    rec.latency_s * work / max(float(s.nest.work), 1.0) * max(1.0, growth or 1.0))
+                made = Replay(t.key, got, str(s.key), s.name,
+                              f"replayed from {s.name} {list(s.nest.extents)} onto {list(d.nest.extents)}, "
+                              "0 measurements", work=work, source_latency_s=scaled)
+                if growth is None or growth <= RECOMPUTE_GROWTH:
+                    return replace(made, note=f"{made.note}; passed over: {grown[0][2]}") if grown else made
+                why_not = (f"{s.name}'s program {rec.uid[:8]} recomputes {growth:.2f}x the arithmetic per unit "
+                           "of work here that it does on its source")
+                grown.append((growth, replace(made, note=f"{made.note}, although {why_not}"), why_not))
+        if grown:
+            return min(grown, key=lambda g: g[0])[1]
         return Replay(t.key, None, str(near[0].key), near[0].name,
                       "no similar stored program could be replayed: " + "; ".join(reasons[:3]), work=work)
 
@@ -164,6 +185,39 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
     n = sum(r.how == "replayed" and r.record is not None for r in out.values())
     log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
     return out
+
+
+def _recompute_growth(rec: Record, got: Record, source: WorkloadKey, source_mod: list[Any], task: Any,
+                      target: Any, store: Any) -> float | None:
+    """How many times the arithmetic per unit of work the program of ``rec`` executes on ``task``
+    (replayed: ``got``) against on its own source workload; ``None`` where it cannot be counted.
+
+    Both sides are the same route (the trace replayed and postprocessed) and each is divided by
+    its own unscheduled task's count, so a program that recomputes (a reduction inside a loop it
+    does not depend on) shows it only where that loop grew. ``source_mod`` caches the decoded
+    source module across one source's programs (empty: not decoded yet; ``[None]``: not decodable).
+    """
+    from tunecache.search.narrow.replay import replay_on
+    from tunecache.tvm_layer import scheduled
+    from tunecache.tvm_layer.convert import workload_from_json
+    from tunecache.tvm_layer.tir import estimated_flops
+
+    if not source_mod:
+        stored = store.get_workload(source)
+        try:
+            source_mod.append(workload_from_json(stored.key, stored.mod_json).mod
+                              if stored is not None and stored.mod_json else None)
+        except Exception:  # noqa: BLE001 - an undecodable source workload: nothing to compare
+            source_mod.append(None)
+    mine = scheduled.recall(task.key.shash, got.trace, target)
+    if source_mod[0] is None or mine is None:
+        return None
+    theirs = replay_on(rec, source_mod[0], target)
+    counts = [estimated_flops(m) for m in (mine, task.mod, None if theirs is None else theirs.mod, source_mod[0])]
+    if any(c is None for c in counts):
+        return None
+    here, base, there, source_base = (float(c) for c in counts if c is not None)
+    return (here / base) / (there / source_base)
 
 
 def _predict(task: Any, target: Any, hw: HardwareKey, missed: Replay) -> Replay:

@@ -29,6 +29,7 @@ __all__ = [
     "buffer_shape",
     "buffer_dtype",
     "argument_bytes",
+    "estimated_flops",
     "expr_children",
     "walk_expr",
     "buffer_loads",
@@ -254,6 +255,20 @@ def argument_bytes(mod: Any) -> int:
         dtype = tvm.DataType(str(param.dtype))
         total += math.prod(int(d) for d in dims) * dtype.bits * max(1, dtype.lanes) // 8
     return total
+
+
+def estimated_flops(mod: Any) -> float | None:
+    """Return TVM's static count of the arithmetic a TIR module executes
+    (``s_tir.analysis.estimate_tir_flops``: every loop's extent times its body's operations,
+    recomputation included), or ``None`` where TVM cannot count it (a symbolic extent)."""
+    load_tvm()
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        flops = float(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001 - TVM raises TVMError (and others) on what it cannot count
+        return None
+    return flops if flops > 0 and math.isfinite(flops) else None
 
 
 def expr_children(expr: Any) -> list[Any]:
