@@ -14,7 +14,10 @@ it; nor is one whose nearest source is more than :data:`~tunecache.reuse.costs.F
 times the work away or less: GPT-2's 50,304-column LM head replayed from BERT's 3,072-column
 dense (1/22 the work) made the model 1.55x a full search's latency where its predicted program
 made it 1.07x (docs/newmodel.md, session 17), and a classifier's 1-row program ran 5x slower
-than the prediction on BERT's dense (session 11).
+than the prediction on BERT's dense (session 11). Of a source's programs (best first), one that
+executes more arithmetic per unit of work on the miss than on its source
+(:data:`RECOMPUTE_GROWTH`: a reduction recomputed inside a loop that grew) is passed over for
+the next, since its source's latency says nothing of the extra work.
 
 A miss with nothing to replay gets a program chosen from its own design space without
 measuring (:func:`tunecache.search.predict.predict_task`, reported ``predicted``). Replayed and
@@ -46,9 +49,9 @@ PROGRAMS_PER_SOURCE = 3
 #: recomputes something in a loop whose extent grew, which its source's latency does not show.
 #: BERT's softmax at 256 tokens replayed from 128 tokens: the best program's sum over 128
 #: partials, recomputed for each output element, was 1.23x the arithmetic per unit of work and
-#: ran 33 ms against 0.4 ms on its source (LLVM hoists the 64-step sum it fully unrolls at 128
-#: tokens, not the 128-step loop at 256); the source's third program, no recomputation, 0.7 ms
-#: (AMD EPYC Zen 3, docs/newmodel.md, session 19).
+#: ran 31-41 ms against 0.4 ms on its source (LLVM hoists the 64-step sum it fully unrolls at
+#: 128 tokens, not the 128-step loop at 256); the source's next program, which does not
+#: recompute, 1.1-2.0 ms (AMD EPYC Zen 3, docs/newmodel.md, session 19).
 RECOMPUTE_GROWTH = 1.10
 
 
