@@ -430,6 +430,40 @@ def test_block_name_mapping_rules() -> None:
     assert map_blocks(["conv", "X", "root"], ["conv", "T_subtract", "compute", "root"]) is None
 
 
+def _softmax(rows: int, n: int) -> Any:
+    tvm = load_tvm("llvm")
+    from tvm import te, topi
+
+    x = te.placeholder((rows, n), name="x", dtype="float32")
+    return tvm.IRModule({"main": te.create_prim_func([x, topi.nn.softmax(x)])})
+
+
+def test_a_simplified_trace_replays_on_its_own_task_as_itself(target: Any) -> None:
+    """A tuned trace is stored simplified (unused queries dropped, its variables numbered anew):
+    the sketch it came from must still be recognised. Softmax's design space has sketches that
+    differ only in which loop of a split reduction is rfactored; read by raw variable names, a
+    trace that rfactors the inner loop matched one that rfactors the outer loop, and replayed on
+    its own task as another, slower program (BERT's layer norm and softmax, session 19)."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    from tunecache.search.narrow.align import structure
+    from tunecache.search.narrow.replay import replay_on
+    from tunecache.tvm_layer.sketch import design_space_json
+
+    mod = _softmax(16, 128)
+    sketches = design_space_json(mod, target)
+    assert sum("RFactor" in str(s) for s in sketches) >= 2
+    for sketch in sketches:
+        sch = Schedule(mod)
+        Trace.apply_json_to_schedule(sketch, sch)
+        simplified = sch.trace.simplified(remove_postproc=True).as_json()
+        assert structure(decode_trace(simplified)[0]) == structure(decode_trace(sketch)[0])
+        whole, short = replay_on(sketch, mod, target), replay_on(simplified, mod, target)
+        assert (whole is None) == (short is None)
+        if whole is not None and short is not None:
+            assert whole.mod.script() == short.mod.script()
+
+
 # -- features and cost ------------------------------------------------------------------------
 
 

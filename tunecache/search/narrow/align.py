@@ -95,14 +95,46 @@ class Skeleton:
 _GET_BLOCK = ("GetSBlock", "GetBlock")
 
 
+def _names(value: Any) -> list[str]:
+    """The strings (variable names, ``"None"``) in an instruction's inputs, nested lists included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [n for v in value for n in _names(v)]
+    return []
+
+
 def structure(insts: Sequence[Any]) -> list[str]:
     """A sketch's instructions without block names, one string each (for comparing sketches).
 
-    Queries whose result nothing uses (``GetConsumers`` with no outputs: a design-space sketch
-    has them, a tuned trace has them simplified away) are left out.
+    Queries whose results nothing uses are left out (a design-space sketch has them, e.g.
+    ``GetConsumers`` with no outputs or the loops of an ``RFactor`` block; a tuned trace has them
+    simplified away), and variables are renamed in the order they are defined, so the same
+    sketch reads the same from either. Without the renaming a simplified trace's numbering
+    shifts, and instructions that use different loops can read alike: BERT's softmax trace
+    ``Split -> [l12, l13]; RFactor(l13)`` (the inner loop) matched a sketch's
+    ``Split -> [l13, l14]; RFactor(l13)`` (the outer loop), and its program replayed on its own
+    workload ran 2-4x slower than itself (session 19).
     """
-    return [json.dumps([kind, inputs, [] if kind in _GET_BLOCK else attrs, outputs])
-            for kind, inputs, attrs, outputs in insts if outputs or not kind.startswith("Get")]
+    used = {n for _kind, inputs, _attrs, _outputs in insts for n in _names(inputs)}
+    rename: dict[str, str] = {}
+
+    def canon(value: Any) -> Any:
+        if isinstance(value, str):
+            return rename.get(value, value)
+        if isinstance(value, list):
+            return [canon(v) for v in value]
+        return value
+
+    out = []
+    for kind, inputs, attrs, outputs in insts:
+        if kind.startswith("Get") and not any(o in used for o in outputs):
+            continue
+        mapped = canon(inputs)
+        for o in outputs:
+            rename[o] = f"{o[:1]}{len(rename)}"
+        out.append(json.dumps([kind, mapped, [] if kind in _GET_BLOCK else attrs, canon(outputs)]))
+    return out
 
 
 def block_order(insts: Sequence[Any]) -> list[str]:
