@@ -130,6 +130,39 @@ def test_warm_spends_no_more_than_its_dry_run_and_every_count_agrees(tmp_path) -
     assert again.returncode == 0 and "0 of at most 0 trials" in again.stdout, again.stdout + again.stderr[-2000:]
 
 
+def test_a_task_no_candidate_of_which_runs_is_reported_once_not_retried(tmp_path) -> None:
+    """BERT's embedding gather never measures (the runner fills its indices at random, out of
+    bounds): every warm searched it again and exited 5, "run the same command again", which could
+    not help. It is reported as unmeasurable, not searched again, and sets no error code."""
+    gather = tmp_path / "gather.py"
+    gather.write_text(
+        "def embedding():\n"
+        "    from tunecache.tvm_layer import load_tvm\n"
+        "    load_tvm()\n"
+        "    from tvm import relax\n"
+        "    bb = relax.BlockBuilder()\n"
+        "    idx = relax.Var('idx', relax.TensorType((8,), 'int64'))\n"
+        "    table = relax.Var('table', relax.TensorType((1000, 16), 'float32'))\n"
+        "    with bb.function('main', [idx, table]):\n"
+        "        with bb.dataflow():\n"
+        "            out = bb.emit_output(relax.op.take(table, idx, axis=0))\n"
+        "        bb.emit_func_output(out)\n"
+        "    return bb.get()\n")
+    db = tmp_path / "g.db"
+    first = _run("warm", f"{gather}:embedding", "--db", str(db), "--budget", str(TRIALS), "--json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    rep = json.loads(first.stdout)
+    (step,) = rep["steps"]
+    assert step["outcome"] == "fallback" and step["trials"] > 0  # searched once, nothing ran
+    assert rep["unmeasurable"] == [step["name"]] and rep["not_done"] == 0
+    assert "cannot be measured here" in first.stderr and "run the same command again" not in first.stderr
+    again = _run("warm", f"{gather}:embedding", "--db", str(db), "--budget", str(TRIALS), "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    rep = json.loads(again.stdout)
+    assert rep["steps"] == [] and rep["trials"] == 0 and rep["unmeasurable"] == [step["name"]]
+    assert "1 unmeasurable" in rep["summary"]
+
+
 # -- 2. one hardware identity --------------------------------------------------------------------
 
 

@@ -415,11 +415,20 @@ class WarmReport:
     dry_run: bool = False
     max_trials: int = 0  # the most the plan may spend (escalations included): the progress total
     timeline: tuple[tuple[float, int], ...] = field(default=())
+    #: Tasks every candidate of which failed to build or run, in this warm or before: not
+    #: searched again (a model compiles with a replayed, predicted or default program for them).
+    unmeasurable: tuple[str, ...] = ()
 
     @property
     def trials(self) -> int:
         """Return the trials spent."""
         return sum(o.trials for o in self.outcomes)
+
+    @property
+    def not_done(self) -> int:
+        """Return how many plan nodes fell back for a reason a new run may not have (interrupted,
+        out of time): the ``fallback`` outcomes that are not :attr:`unmeasurable` tasks."""
+        return sum(1 for o in self.outcomes if o.outcome == "fallback" and o.name not in self.unmeasurable)
 
     def count(self, outcome: str) -> int:
         """Return how many plan nodes had ``outcome``."""
@@ -433,9 +442,10 @@ class WarmReport:
             return (f"dry run: {plural(steps, 'step')} to search, {hits}; "
                     f"{self.estimated_trials:.0f} trials estimated vs {self.scratch_trials:.0f} from scratch"
                     f"{self._most()}")
+        unmeasurable = f", {len(self.unmeasurable)} unmeasurable" if self.unmeasurable else ""
         return (f"{plural(len(self.outcomes), 'step')} ({hits}): {self.count('tuned')} tuned, "
-                f"{self.count('reused')} reused, {self.count('hit')} done before, {self.count('fallback')} not done; "
-                f"{self.trials} of at most {self.max_trials} trials in {format_seconds(self.seconds)}")
+                f"{self.count('reused')} reused, {self.count('hit')} done before, {self.not_done} not done"
+                f"{unmeasurable}; {self.trials} of at most {self.max_trials} trials in {format_seconds(self.seconds)}")
 
     def _most(self) -> str:
         if self.max_trials <= self.estimated_trials:
@@ -455,6 +465,7 @@ class WarmReport:
             "summary": self.summary(),
             "trials": self.trials, "seconds": self.seconds, "scratch_trials": self.scratch_trials,
             "estimated_trials": self.estimated_trials, "max_trials": self.max_trials, "hits": list(self.hits),
+            "not_done": self.not_done, "unmeasurable": list(self.unmeasurable),
             "steps": [{"node": o.node, "name": o.name, "workload": str(o.key), "outcome": o.outcome, "trials": o.trials,
                        "seconds": o.seconds, "source": o.source, "escalated": o.escalated, "latency_s": o.latency_s,
                        "note": o.note} for o in self.outcomes],

@@ -194,7 +194,7 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     tuned or reused one more full search up to ``full_trials`` records each
     (:func:`tunecache.search.execute.execute_plan`). Other parameters as in :func:`warm`.
     """
-    from tunecache.pipeline import stored_records
+    from tunecache.pipeline import lookup, stored_records
     from tunecache.planning import make_plan
     from tunecache.search.budget import bounded_plan, plan_budget, plan_estimate
     from tunecache.tvm_layer.bridges import materialize_bridge
@@ -203,7 +203,12 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     # tasks are not planned, and stay reuse sources for the others.
     done = [t for t in tasks if st.is_done(t.key, hw)]
     done_keys = {t.key for t in done}
-    todo = [t for t in tasks if t.key not in done_keys]
+    # A task searched before whose every candidate failed to build or run (BERT's embedding
+    # gather: the runner fills its indices at random, out of bounds) fails the same way again:
+    # it is reported, not planned (a warm would otherwise search it, and exit "not done", on
+    # every run). `tunecache compile --tune always` searches it again.
+    failed_before = lookup([t for t in tasks if t.key not in done_keys], st, hw).failed
+    todo = [t for t in tasks if t.key not in done_keys and t.key not in failed_before]
     mp = bounded_plan(make_plan(todo, tgt, hw, st, bridges=bridges, full_trials=full_trials), full_trials,
                       reuse_trials)
     hits = tuple(t.name for t in done)
@@ -213,7 +218,8 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     if dry_run:
         return WarmReport(outcomes=(), seconds=time.time() - t0, dry_run=True, plan_text=plan_text,
                           plan_json=plan_json, hits=hits, scratch_trials=scratch_trials,
-                          estimated_trials=estimated_trials, max_trials=max_trials)
+                          estimated_trials=estimated_trials, max_trials=max_trials,
+                          unmeasurable=tuple(t.name for t in tasks if t.key in failed_before))
     mods = {t.node: next(x.mod for x in todo if x.key == t.key) for t in mp.tasks.values()}
     mods.update({n: materialize_bridge(nest, nest.extents) for n, nest in mp.bridges.items()})
     timeline: list[tuple[float, int]] = []
@@ -261,9 +267,11 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     total = sum(o.trials for o in ordered)
     if not timeline or timeline[-1][1] != total:
         timeline.append((time.time() - t0, total))
+    failed_now = lookup(todo, st, hw).failed | failed_before
     return WarmReport(outcomes=ordered, seconds=time.time() - t0, timeline=tuple(timeline), plan_text=plan_text,
                       plan_json=plan_json, hits=hits, scratch_trials=scratch_trials,
-                      estimated_trials=estimated_trials, max_trials=max_trials)
+                      estimated_trials=estimated_trials, max_trials=max_trials,
+                      unmeasurable=tuple(t.name for t in tasks if t.key in failed_now))
 
 
 @contextlib.contextmanager

@@ -166,6 +166,7 @@ def work(
     ConfigError, TargetError, StoreError
         For a bad argument, target or store.
     """
+    from tunecache.pipeline import lookup
     from tunecache.store import open_store
     from tunecache.store.claims import default_holder
     from tunecache.tvm_layer.target import hardware_key, resolve_target
@@ -240,6 +241,12 @@ def work(
                 if o.outcome == "fallback" and o.trials > 0:  # searched: nothing built and ran
                     st.dequeue(o.key, hw)
                     dropped.append((o.name, o.note or "no candidate built and ran"))
+            searched = {o.key for o in rep.outcomes}
+            failed = lookup(tasks, st, hw).failed
+            for t in tasks:  # searched before with nothing that ran: the warm does not plan it again
+                if t.key in failed and t.key not in searched:
+                    st.dequeue(t.key, hw)
+                    dropped.append((t.name, "searched before: no candidate built and ran"))
             if stop.is_set():
                 stopped = "interrupted"
                 break

@@ -15,8 +15,10 @@ Exit codes
 4
     ``db check``: the store has problems (the report lists them).
 5
-    ``warm``: some tasks could not be done (no valid program, claimed by another warmer that
-    did not finish, or the time budget ran out); run it again to retry them.
+    ``warm``: some tasks could not be done (claimed by another warmer that did not finish, the
+    time budget ran out, or a search found no valid program in a run cut short); run it again
+    to retry them. Tasks every candidate of which failed to build or run are reported as
+    unmeasurable and do not set this code.
 130
     Interrupted (Ctrl-C): what was measured is kept; run the same command to resume.
 """

@@ -66,8 +66,13 @@ def _cmd_warm(a: argparse.Namespace) -> int:
                       file=sys.stderr)
             elif not a.quiet:
                 print(f"tunecache: wrote the plot {png}", file=sys.stderr)
-        if not rep.dry_run and rep.count("fallback"):
-            print(f"tunecache: {plural(rep.count('fallback'), 'step')} not done (see the notes); run the same "
+        if rep.unmeasurable:
+            print(f"tunecache: {plural(len(rep.unmeasurable), 'task')} cannot be measured here: every candidate of "
+                  f"{', '.join(rep.unmeasurable)} failed to build or run, so it is not searched again and models "
+                  "compile with a replayed, predicted or default program for it (`tunecache compile --tune "
+                  "always` searches it again)", file=sys.stderr)
+        if not rep.dry_run and rep.not_done:
+            print(f"tunecache: {plural(rep.not_done, 'step')} not done (see the notes); run the same "
                   "command again to retry them", file=sys.stderr)
             rc = 5
     return rc
