@@ -202,16 +202,11 @@ def _recompute_growth(rec: Record, got: Record, source: WorkloadKey, source_mod:
     """
     from tunecache.search.narrow.replay import replay_on
     from tunecache.tvm_layer import scheduled
-    from tunecache.tvm_layer.convert import workload_from_json
+    from tunecache.tvm_layer.convert import stored_module
     from tunecache.tvm_layer.tir import estimated_flops
 
     if not source_mod:
-        stored = store.get_workload(source)
-        try:
-            source_mod.append(workload_from_json(stored.key, stored.mod_json).mod
-                              if stored is not None and stored.mod_json else None)
-        except Exception:  # noqa: BLE001 - an undecodable source workload: nothing to compare
-            source_mod.append(None)
+        source_mod.append(stored_module(store, source))  # None: nothing to compare against
     mine = scheduled.recall(task.key.shash, got.trace, target)
     if source_mod[0] is None or mine is None:
         return None

@@ -389,16 +389,10 @@ def _cache_level(nbytes: int, caches: dict[int, int]) -> int:
 
 def _argument_bytes(spec: NodeSpec, ctx: SearchContext) -> int:
     """Bytes of ``spec``'s arguments (0: unknown); a stored source's module is read from the store."""
-    from tunecache.tvm_layer.convert import workload_from_json
+    from tunecache.tvm_layer.convert import stored_module
     from tunecache.tvm_layer.tir import argument_bytes
 
-    mod = spec.mod
-    if mod is None:
-        stored = ctx.store.get_workload(spec.key)
-        try:
-            mod = workload_from_json(stored.key, stored.mod_json).mod if stored and stored.mod_json else None
-        except Exception:  # noqa: BLE001 - a workload this TVM cannot read: size unknown
-            mod = None
+    mod = spec.mod if spec.mod is not None else stored_module(ctx.store, spec.key)  # None: size unknown
     return argument_bytes(mod) if mod is not None else 0
 
 

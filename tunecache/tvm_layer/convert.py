@@ -21,6 +21,7 @@ __all__ = [
     "record_from_tvm",
     "record_to_tvm",
     "workload_from_json",
+    "stored_module",
     "trace_replays",
 ]
 
@@ -59,6 +60,18 @@ def workload_from_json(key: WorkloadKey, mod_json: str) -> Any:
         return ms.database.Workload.from_json([key.shash, mod_json])
     except Exception as err:  # TVM raises its own error types from C++
         raise InvalidRecordError(f"workload {key}: stored module does not decode ({error_line(err)})") from err
+
+
+def stored_module(store: Any, key: WorkloadKey) -> Any | None:
+    """Return the TIR module ``store`` holds for workload ``key``, or ``None`` where it holds
+    none or this TVM cannot decode it."""
+    stored = store.get_workload(key)
+    if stored is None or not stored.mod_json:
+        return None
+    try:
+        return workload_from_json(stored.key, stored.mod_json).mod
+    except InvalidRecordError:
+        return None
 
 
 def error_line(err: BaseException) -> str:
