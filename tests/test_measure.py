@@ -143,6 +143,40 @@ def test_the_runner_replaces_its_worker_process_every_so_many_candidates(target:
 
 
 @pytest.mark.tvm
+def test_a_runner_lent_with_more_repeats_keeps_its_worker_process(target: Any, tmp_path: Path) -> None:
+    """Re-measuring the bests borrows the search's runner with 10 repeats instead of starting a
+    worker process of its own: the lent runner measures with the block's repeats, on the same
+    process, and has its own settings back afterwards."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from tunecache.tvm_layer.measure import evaluating, make_runner
+
+    mod = _matmul(16)
+    [built] = make_builder(max_workers=0, artifact_dir=tmp_path).build([BuilderInput(mod, target)])
+    runner = make_runner()
+    args = [RunnerInput(built.artifact_path, "cpu", ArgInfo.from_prim_func(mod["main"]))]
+
+    def measured(r: Any) -> tuple[int, list[int]]:
+        [future] = r.run(args)
+        res = future.result()
+        assert res.error_msg is None
+        return len(res.run_secs), [w._proc.pid for w in r.pool._worker_map.values()]
+
+    try:
+        before, pids = measured(runner)
+        with evaluating(runner, repeat=5) as lent:
+            assert lent is runner
+            during, lent_pids = measured(lent)
+        after, later_pids = measured(runner)
+    finally:
+        runner.pool.shutdown(wait=True)
+    assert (before, during, after) == (1, 5, 1)
+    assert pids == lent_pids == later_pids and len(pids) == 1
+
+
+@pytest.mark.tvm
 def test_every_record_is_valid_and_in_the_database(search: dict[str, Any]) -> None:
     [result] = search["results"]
     assert isinstance(result, TaskResult)

@@ -30,7 +30,7 @@ from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import decode_trace
 from tunecache.tvm_layer import load_tvm
-from tunecache.tvm_layer.measure import make_builder, make_runner, measure_mods
+from tunecache.tvm_layer.measure import evaluating, make_builder, make_runner, measure_mods
 
 __all__ = ["RemeasuredRecord", "Remeasurement", "remeasure", "remeasure_best"]
 
@@ -297,7 +297,7 @@ def remeasure_bests(done: Sequence[tuple[Any, Any]], ctx: Any, *, k: int = 2,
         spent trials are re-measured.
     ctx
         The :class:`~tunecache.values.SearchContext` the tasks were searched with (its store,
-        hardware, target and builder; a runner with 10 repeats is made here).
+        hardware, target, builder, and runner, lent with 10 repeats: :func:`~tunecache.tvm_layer.measure.evaluating`).
     k
         How many of each task's best records to re-measure.
     deadline
@@ -307,11 +307,8 @@ def remeasure_bests(done: Sequence[tuple[Any, Any]], ctx: Any, *, k: int = 2,
     todo.sort(key=lambda to: -to[0].weight * (to[1].latency_s or 0.0))
     if not todo or (deadline is not None and time.time() >= deadline):
         return
-    runner = make_runner(repeat=10)
-    try:
+    with evaluating(ctx.runner, repeat=10) as runner:  # the search's worker process, 10 repeats
         for t, _o in todo:
             if deadline is not None and time.time() >= deadline:
                 break
             remeasure_best(ctx.store, ctx.hardware, t.key, t.mod, ctx.target, k, runner=runner, builder=ctx.builder)
-    finally:
-        runner.pool.shutdown(wait=True)
