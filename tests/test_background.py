@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _models import relax_matmul_relu
+from _stores import copy_sqlite
 
 import tunecache
 from tunecache.store import open_store
@@ -48,12 +48,6 @@ def _cli(*args: str, **kw: Any) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, env=env, **kw)
 
 
-def _copy(db: str, to: Path) -> str:
-    with sqlite3.connect(db) as src, sqlite3.connect(to) as dst:
-        src.backup(dst)  # a plain file copy would miss what is still in the -wal file
-    return str(to)
-
-
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A store holding one tuned model: relu(x @ w) at 16x32x24."""
@@ -64,7 +58,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_background_serves_at_once_queues_and_the_worker_drains_it(warm: str, tmp_path: Path) -> None:
-    db = _copy(warm, tmp_path / "bg.db")
+    db = copy_sqlite(warm, tmp_path / "bg.db")
     hw = hardware_key(resolve_target(None))
     before = open_store(db).count_records()
     cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=db, tune="background", progress=False,
@@ -182,7 +176,7 @@ def test_sigterm_stops_a_worker_after_the_round_in_flight(tmp_path: Path) -> Non
 
 def test_a_read_only_store_serves_in_the_background_and_queues_nothing(warm: str, tmp_path: Path,
                                                                        caplog: pytest.LogCaptureFixture) -> None:
-    db = _copy(warm, tmp_path / "ro.db")
+    db = copy_sqlite(warm, tmp_path / "ro.db")
     ro = open_store(db, read_only=True)
     with caplog.at_level("WARNING", logger="tunecache"):
         cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=ro, tune="background", progress=False)

@@ -24,7 +24,7 @@ from tunecache.tvm_layer.jsondb import RECORD_FILE, SIDECAR_FILE, content_uid, e
 
 pytestmark = pytest.mark.tvm
 
-PROCS = 8
+PROCS = 4
 # (workload, split factor of the outer loop, run_secs): the same trace measured twice is two records.
 RECORDS = [
     ("matmul", 2, [1.0e-4, 1.1e-4]),

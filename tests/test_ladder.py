@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _models import relax_matmul_relu
+from _stores import copy_sqlite
 
 import tunecache
 from tunecache.store import Store
@@ -14,13 +15,21 @@ pytestmark = pytest.mark.tvm
 TRIALS = 16
 
 
-@pytest.fixture
-def tuned_source(tmp_path):
-    db = str(tmp_path / "ladder.db")
+@pytest.fixture(scope="module")
+def _tuned_once(tmp_path_factory):
+    """One full search of relu(x @ w) at 64x128x64 (the tests' source), done once a module."""
+    db = str(tmp_path_factory.mktemp("ladder") / "source.db")
     first = tunecache.compile(relax_matmul_relu(64, 128, 64), store=db, trials_per_task=TRIALS, seed=1, progress=False)
     (task,) = [t for t in first.report.tasks if t.family == "matmul"]
     assert task.outcome == "tuned" and task.trials > 0
     return db, first, task
+
+
+@pytest.fixture
+def tuned_source(_tuned_once, tmp_path):
+    """A copy of the tuned source's store for one test (tests change their store's records)."""
+    db, first, task = _tuned_once
+    return copy_sqlite(db, tmp_path / "ladder.db"), first, task
 
 
 def test_a_similar_shape_is_reused_in_fewer_trials(tuned_source) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _models import relax_matmul_relu, relax_softmax
+from _stores import copy_sqlite
 
 import tunecache
 from tunecache.store import open_store
@@ -53,12 +54,8 @@ def test_never_replays_a_similar_stored_program(warm: tuple[str, Any]) -> None:
 
 
 def test_auto_reuses_the_other_models_program(warm: tuple[str, Any], tmp_path: Path) -> None:
-    import sqlite3
-
     db, source = warm
-    mine = str(tmp_path / "copy.db")
-    with sqlite3.connect(db) as src, sqlite3.connect(mine) as dst:
-        src.backup(dst)  # a plain file copy would miss what is still in the -wal file
+    mine = copy_sqlite(db, tmp_path / "copy.db")
     # 16 trials a full search: reusing (a quarter of it at most) is the cheaper plan. A reused
     # program that measures below 0.7x its source's throughput is re-tuned in full (escalated):
     # on a shared machine a few noisy trials can do that, so this test does not escalate.
@@ -97,14 +94,10 @@ def test_a_far_source_is_predicted_not_replayed(warm: tuple[str, Any]) -> None:
 
 
 def test_reuse_trials_bounds_the_narrowed_search(warm: tuple[str, Any], tmp_path: Path) -> None:
-    import sqlite3
-
     from tunecache.errors import ConfigError
 
     db, _source = warm
-    mine = str(tmp_path / "copy.db")
-    with sqlite3.connect(db) as src, sqlite3.connect(mine) as dst:
-        src.backup(dst)
+    mine = copy_sqlite(db, tmp_path / "copy.db")
     with pytest.raises(ConfigError, match="reuse_trials"):
         tunecache.compile(relax_matmul_relu(32, 64, 48), store=mine, reuse_trials=0, progress=False)
     # The default at 16 trials a full search would be 4; the narrowed search is held to 2.

@@ -66,6 +66,9 @@ def _cmd_warm(a: argparse.Namespace) -> int:
                       file=sys.stderr)
             elif not a.quiet:
                 print(f"tunecache: wrote the plot {png}", file=sys.stderr)
+        elif a.plot and not a.dry_run:
+            print(f"tunecache: no plot written to {a.plot}: nothing was searched (every task a store hit)",
+                  file=sys.stderr)
         if rep.unmeasurable:
             print(f"tunecache: {plural(len(rep.unmeasurable), 'task')} cannot be measured here: every candidate of "
                   f"{', '.join(rep.unmeasurable)} failed to build or run, so it is not searched again and models "
