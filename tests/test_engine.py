@@ -205,6 +205,7 @@ def tuned(target: Any, builder: Any, runner: Any, tmp_path_factory: pytest.TempP
     mods = {**_elementwise(), "matmul": _matmul(64)}
     tasks = [FullSearchTask(name, mod, 2.0 if name == "matmul" else 1.0) for name, mod in mods.items()]
     db = make_database(store, hw, target)
+    asked: list[int] = []  # the cost model is made only for the task loop (None: the default)
     results = tune_tasks(
         tasks,
         target,
@@ -215,9 +216,11 @@ def tuned(target: Any, builder: Any, runner: Any, tmp_path_factory: pytest.TempP
         work_dir=tmp_path_factory.mktemp("work"),
         builder=builder,
         runner=runner,
+        cost_model=lambda: asked.append(1),
     )
     keys = {name: workload_of(mod)[0] for name, mod in mods.items()}
-    return {"store": store, "hw": hw, "mods": mods, "keys": keys, "results": {r.name: r for r in results}}
+    return {"store": store, "hw": hw, "mods": mods, "keys": keys, "results": {r.name: r for r in results},
+            "cost_model_asked": len(asked)}
 
 
 @pytest.mark.tvm
@@ -246,8 +249,25 @@ def test_trivial_tasks_get_exactly_one_measurement(tuned: dict[str, Any]) -> Non
         assert len(store.records(workload=tuned["keys"][name], hardware=hw)) == 1
     mm = tuned["results"]["matmul"]
     assert not mm.trivial and mm.trials == 16 - 3  # the rest of the global budget
+    assert tuned["cost_model_asked"] == 1  # for the matmul's search
     assert mm.valid_trials == mm.trials and mm.empty_rounds == 0
     assert len(store.records(workload=tuned["keys"]["matmul"], hardware=hw)) == mm.trials
+
+
+@pytest.mark.tvm
+def test_trivial_tasks_alone_never_make_a_cost_model(target: Any, builder: Any, runner: Any, tmp_path: Path) -> None:
+    """A plan's shared cost model is pre-trained on first use: BERT's reshapes, each with one
+    program, made every compile from a warm store pay for a model nothing used."""
+    from tunecache.store import Store
+    from tunecache.tvm_layer.database import make_database
+    from tunecache.tvm_layer.target import hardware_key
+
+    asked: list[int] = []
+    mods = _elementwise()
+    db = make_database(Store("memory"), hardware_key(target), target)
+    results = tune_tasks([FullSearchTask(name, mod) for name, mod in mods.items()], target, db, trials_per_task=4,
+                         work_dir=tmp_path, builder=builder, runner=runner, cost_model=lambda: asked.append(1))
+    assert [r.trivial for r in results] == [True] * len(mods) and asked == []
 
 
 @pytest.mark.tvm

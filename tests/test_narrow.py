@@ -8,6 +8,7 @@ the zero-trial replay included, so ``best <= replay`` holds exactly within one r
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,11 +69,24 @@ def sources(target: Any, builder: Any, runner: Any, tmp_path_factory: pytest.Tem
 def narrowed(sources: list[Any], target: Any, builder: Any, runner: Any) -> dict[str, Any]:
     from tvm.s_tir import meta_schedule as ms
 
+    class Counting:
+        """The builder, counting what it is asked to build."""
+
+        def __init__(self) -> None:
+            self.built = 0
+
+        def build(self, inputs: Any) -> Any:
+            self.built += len(inputs)
+            return builder.build(inputs)
+
     db = ms.database.MemoryDatabase()
     events: list[Any] = []
-    res = narrowed_search(sources, _matmul(*ALPHA), target, builder=builder, runner=runner,
+    counting = Counting()
+    kept_before = sorted(Path(builder.artifact_dir).glob("tc-build-*"))
+    res = narrowed_search(sources, _matmul(*ALPHA), target, builder=counting, runner=runner,
                           max_trials=8, round_size=4, seed=1, database=db, progress=events.append)
-    return {"res": res, "db": db, "events": events}
+    return {"res": res, "db": db, "events": events, "built": counting.built,
+            "kept": sorted(Path(builder.artifact_dir).glob("tc-build-*")) == kept_before}
 
 
 # -- the measured search ----------------------------------------------------------------------
@@ -87,6 +101,15 @@ def test_narrowed_search_respects_budget_and_finds_valid(narrowed: dict[str, Any
     assert sum(h.measured for h in res.history) == res.trials
     assert res.remeasured >= 0
     assert narrowed["events"] and narrowed["events"][-1].task_trials == res.trials
+
+
+def test_the_final_remeasurement_runs_what_the_rounds_built(narrowed: dict[str, Any]) -> None:
+    """The fastest candidates are re-measured from the builds their rounds made (LLVM takes up
+    to seconds a candidate), and every build is deleted when the search ends."""
+    res = narrowed["res"]
+    assert res.remeasured > 0
+    assert narrowed["built"] == res.trials  # each candidate built once
+    assert narrowed["kept"]  # no build left behind
 
 
 def test_best_is_never_worse_than_zero_trial_replay(narrowed: dict[str, Any]) -> None:

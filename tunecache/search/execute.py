@@ -18,6 +18,7 @@ escalation).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -218,7 +219,8 @@ def search_full(specs: Sequence[NodeSpec], ctx: SearchContext, *, note: str = "f
                                  time_budget_s=_remaining(ctx.deadline), seed=ctx.seed,
                                  work_dir=str(Path(ctx.work_dir) / "full"), progress=ctx.progress,
                                  builder=ctx.builder, runner=ctx.runner,
-                                 cost_model=resolve_cost_model(ctx.cost_model, {s.family for s in todo}))
+                                 cost_model=functools.partial(resolve_cost_model, ctx.cost_model,
+                                                              {s.family for s in todo}))
         except RuntimeError as err:
             reraise_store_error(db, err)
             raise

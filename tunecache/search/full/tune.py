@@ -163,7 +163,10 @@ def tune_tasks(
         :func:`~tunecache.tvm_layer.measure.make_runner`). Defaults created here are shut down
         on return; pass your own to reuse their worker processes (~3 s to start) across calls.
     cost_model
-        Override MetaSchedule's XGBoost cost model (``CostModel.create("xgb")``).
+        Override MetaSchedule's XGBoost cost model (``CostModel.create("xgb")``): a model, or a
+        function of no arguments returning one, called only when a task is left for
+        MetaSchedule's task loop (a call whose tasks all have a fixed design space pays nothing
+        for a model it would not use, such as a pre-trained one).
     num_threads
         Threads for the search and the cost model; default the physical core count.
     console_log
@@ -290,6 +293,15 @@ def tune_tasks(
                 inner_runner.pool.shutdown(wait=True)  # LocalRunner keeps one worker process
         _settle_stop_reasons(tallies, budget)
         return _results(names, tallies, fixed)
+
+
+def _cost_model(given: Any, threads: int) -> Any:
+    """The task loop's cost model: ``given``, what ``given()`` makes, or a fresh XGBoost one."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if callable(given) and not isinstance(given, ms.cost_model.CostModel):
+        given = given()
+    return ms.cost_model.CostModel.create("xgb", num_tuning_cores=threads) if given is None else given
 
 
 @dataclass(frozen=True)
@@ -516,9 +528,7 @@ def _search_the_rest(
             builder=timed_builder_cls(builder, timeline),
             runner=timed_runner_cls(runner, timeline),
             database=database,
-            cost_model=cost_model
-            if cost_model is not None
-            else ms.cost_model.CostModel.create("xgb", num_tuning_cores=threads),
+            cost_model=_cost_model(cost_model, threads),
             measure_callbacks=callbacks,
             task_scheduler=task_scheduler,
         )

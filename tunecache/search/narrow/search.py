@@ -196,6 +196,9 @@ class NarrowedSearch:
         self.remeasured = 0
         self.best: Candidate | None = None
         self.start = time.perf_counter()
+        # Built candidates that ran, kept until the search ends: the final re-measurement runs
+        # them again without building them again (LLVM takes 0.1-4 s a candidate here).
+        self.artifacts: dict[int, str] = {}
 
     # -- measuring ---------------------------------------------------------------------------
     def _args_info(self, cand: Candidate) -> Any:
@@ -225,11 +228,13 @@ class NarrowedSearch:
                         run_secs[i] = secs
                         continue
                 self.failed_run += 1
-        for b in built:
+        for i, b in enumerate(built):
             if b.error_msg is not None or not b.artifact_path:
                 self.failed_build += 1
-            elif b.artifact_path:
-                shutil.rmtree(os.path.dirname(str(b.artifact_path)), ignore_errors=True)
+            elif run_secs[i] is not None:
+                self.artifacts[id(cands[i])] = str(b.artifact_path)
+            else:
+                _remove_artifact(str(b.artifact_path))
         valid = 0
         for i, cand in enumerate(cands):
             self.trials += 1
@@ -281,26 +286,31 @@ class NarrowedSearch:
             top.append(also)
         if rounds < 1 or len(top) < 2:
             return
-        built = self.builder.build([BuilderInput(c.sch.mod, self.target) for c in top])
-        ok = [(c, b) for c, b in zip(top, built, strict=False) if b.error_msg is None and b.artifact_path]
-        try:
-            for _ in range(rounds):
-                futures = self.runner.run(
-                    [RunnerInput(str(b.artifact_path), self.device, self._args_info(c)) for c, b in ok]
-                )
-                for (cand, _), fut in zip(ok, futures, strict=False):
-                    res = fut.result()
-                    if res.error_msg is None and res.run_secs is not None:
-                        secs = [float(x) for x in res.run_secs]
-                        if secs and max(secs) < INVALID_RUN_SECS:
-                            cand.samples.append(_median(secs))
-                            self.remeasured += 1
-        finally:
-            for _, b in ok:
-                shutil.rmtree(os.path.dirname(str(b.artifact_path)), ignore_errors=True)
+        unbuilt = [c for c in top if id(c) not in self.artifacts]  # only if a caller dropped them
+        if unbuilt:
+            for c, b in zip(unbuilt, self.builder.build([BuilderInput(c.sch.mod, self.target) for c in unbuilt]),
+                            strict=False):
+                if b.error_msg is None and b.artifact_path:
+                    self.artifacts[id(c)] = str(b.artifact_path)
+        ok = [(c, self.artifacts[id(c)]) for c in top if id(c) in self.artifacts]
+        for _ in range(rounds):
+            futures = self.runner.run([RunnerInput(path, self.device, self._args_info(c)) for c, path in ok])
+            for (cand, _), fut in zip(ok, futures, strict=False):
+                res = fut.result()
+                if res.error_msg is None and res.run_secs is not None:
+                    secs = [float(x) for x in res.run_secs]
+                    if secs and max(secs) < INVALID_RUN_SECS:
+                        cand.samples.append(_median(secs))
+                        self.remeasured += 1
         for cand in top:
             cand.latency_s = float(statistics.median(cand.samples))
         self.best = min(self.measured_valid, key=lambda c: c.latency_s or math.inf)
+
+    def close(self) -> None:
+        """Delete the built candidates kept for re-measuring."""
+        for path in self.artifacts.values():
+            _remove_artifact(path)
+        self.artifacts.clear()
 
     # -- proposing ---------------------------------------------------------------------------
     def materialize_new(self, skeleton: Skeleton, decisions: dict[int, Any]) -> Candidate | None:
@@ -332,6 +342,11 @@ class NarrowedSearch:
                 c.cost = cpu_cost(c.features, ref, cores=self.cores, simd_lanes=self.lanes)
         ties = {id(c): self.rng.random() for c in cands}
         return sorted(cands, key=lambda c: (c.cost, ties[id(c)]))
+
+
+def _remove_artifact(path: str) -> None:
+    """Delete a built candidate: the builder gives each its own directory."""
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 def _first_prim_func(mod: Any) -> Any:
@@ -423,6 +438,15 @@ def narrowed_search(
     _validate(sources, max_trials, round_size)
     mod = as_ir_module(mod)
     search = NarrowedSearch(mod, target, builder, runner, database, int(seed), progress, max_trials, task_name)
+    try:
+        return _search(search, sources, max_trials, round_size, remeasure_top, remeasure_rounds)
+    finally:
+        search.close()
+
+
+def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, round_size: int, remeasure_top: int,
+            remeasure_rounds: int) -> NarrowResult:
+    """The rounds of :func:`narrowed_search` (its docstring) on ``search``."""
     history: list[RoundSummary] = []
     mat = search.mat
 
