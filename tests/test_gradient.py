@@ -309,14 +309,14 @@ def test_search_refuses_shares_out_of_range(bad: dict[str, float]) -> None:
         gradient_search(None, None, builder=None, runner=None, max_trials=4, **bad)
 
 
-def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, target: Any) -> None:
+def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, target: Any, tmp_path: Any) -> None:
     from tunecache.search.gradient import gradient_search
     from tunecache.tvm_layer import ms
     from tunecache.tvm_layer.measure import make_builder, make_runner
 
     mod = te_matmul(tvm, 32, 64, 48)
     db = ms().database.MemoryDatabase()
-    builder, runner = make_builder(max_workers=1), make_runner()
+    builder, runner = make_builder(max_workers=1, artifact_dir=tmp_path), make_runner()
     try:
         res = gradient_search(mod, target, builder=builder, runner=runner, max_trials=6, round_size=3,
                               n_starts=2, steps=8, database=db, seed=0)
@@ -328,6 +328,7 @@ def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, t
     assert list(res.curve) == sorted(res.curve, reverse=True)
     assert res.best_latency_s == pytest.approx(res.curve[-1])
     assert len(db.get_all_tuning_records()) == 6
+    assert not list(tmp_path.glob("tc-build-*"))  # every build deleted once measured
 
 
 def test_search_past_its_deadline_runs_one_round_and_stops(tvm: Any, target: Any) -> None:

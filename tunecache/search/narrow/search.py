@@ -166,7 +166,7 @@ class NarrowedSearch:
     """
 
     def __init__(self, mod: Any, target: Any, builder: Any, runner: Any, database: Any,
-                 seed: int, progress: Any, max_trials: int, task_name: str) -> None:
+                 seed: int, progress: Any, max_trials: int, task_name: str, keep_builds: int = 0) -> None:
         load_tvm(str(target.kind.name))
         from tvm.s_tir import meta_schedule as ms
 
@@ -196,9 +196,12 @@ class NarrowedSearch:
         self.remeasured = 0
         self.best: Candidate | None = None
         self.start = time.perf_counter()
-        # Built candidates that ran, kept until the search ends: the final re-measurement runs
-        # them again without building them again (LLVM takes 0.1-4 s a candidate here).
+        # The builds of the ``keep_builds`` fastest candidates and of the first that ran (the
+        # zero-trial replay), kept until ``close()``: the final re-measurement runs them again
+        # without building them again (LLVM takes 0.1-4 s a candidate here). 0 keeps none.
+        self.keep_builds = keep_builds
         self.artifacts: dict[int, str] = {}
+        self.first_valid: Candidate | None = None
 
     # -- measuring ---------------------------------------------------------------------------
     def _args_info(self, cand: Candidate) -> Any:
@@ -231,7 +234,7 @@ class NarrowedSearch:
         for i, b in enumerate(built):
             if b.error_msg is not None or not b.artifact_path:
                 self.failed_build += 1
-            elif run_secs[i] is not None:
+            elif run_secs[i] is not None and self.keep_builds > 0:
                 self.artifacts[id(cands[i])] = str(b.artifact_path)
             else:
                 _remove_artifact(str(b.artifact_path))
@@ -246,6 +249,8 @@ class NarrowedSearch:
                 cand.samples.append(_median(cand_secs))
                 cand.latency_s = cand.samples[0]
                 self.measured_valid.append(cand)
+                if self.first_valid is None:
+                    self.first_valid = cand
                 if self.best is None or cand.latency_s < (self.best.latency_s or math.inf):
                     self.best = cand
             if self.database is not None:
@@ -259,6 +264,7 @@ class NarrowedSearch:
                     )
                 )
         self.valid += valid
+        self._prune_builds()
         if self.progress is not None:
             from tunecache.search.full.results import SearchProgress
 
@@ -305,6 +311,15 @@ class NarrowedSearch:
         for cand in top:
             cand.latency_s = float(statistics.median(cand.samples))
         self.best = min(self.measured_valid, key=lambda c: c.latency_s or math.inf)
+
+    def _prune_builds(self) -> None:
+        """Delete the kept builds of candidates no longer among the ``keep_builds`` fastest."""
+        if not self.artifacts:
+            return
+        fastest = sorted(self.measured_valid, key=lambda c: c.latency_s or math.inf)[: self.keep_builds]
+        wanted = {id(c) for c in fastest} | ({id(self.first_valid)} if self.first_valid is not None else set())
+        for key in [k for k in self.artifacts if k not in wanted]:
+            _remove_artifact(self.artifacts.pop(key))
 
     def close(self) -> None:
         """Delete the built candidates kept for re-measuring."""
@@ -437,7 +452,8 @@ def narrowed_search(
     """
     _validate(sources, max_trials, round_size)
     mod = as_ir_module(mod)
-    search = NarrowedSearch(mod, target, builder, runner, database, int(seed), progress, max_trials, task_name)
+    search = NarrowedSearch(mod, target, builder, runner, database, int(seed), progress, max_trials, task_name,
+                            keep_builds=remeasure_top if remeasure_rounds > 0 else 0)
     try:
         return _search(search, sources, max_trials, round_size, remeasure_top, remeasure_rounds)
     finally:
