@@ -292,7 +292,7 @@ class NarrowedSearch:
             top.append(also)
         if rounds < 1 or len(top) < 2:
             return
-        unbuilt = [c for c in top if id(c) not in self.artifacts]  # only if a caller dropped them
+        unbuilt = [c for c in top if id(c) not in self.artifacts]  # builds not kept (keep_builds < top_k)
         if unbuilt:
             for c, b in zip(unbuilt, self.builder.build([BuilderInput(c.sch.mod, self.target) for c in unbuilt]),
                             strict=False):
