@@ -493,7 +493,7 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
             if fit is not None:
                 first.append(fit)
     valid = search.measure(first)
-    zero_cand = next((c for c in first if c.latency_s is not None), None)
+    zero_cand = search.first_valid  # round 0 is the first measured: its first candidate that ran
     history.append(RoundSummary(0, "replay", len(first), len(first), valid,
                                 None if search.best is None else search.best.latency_s, False))
 
