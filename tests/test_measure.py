@@ -177,6 +177,39 @@ def test_a_runner_lent_with_more_repeats_keeps_its_worker_process(target: Any, t
 
 
 @pytest.mark.tvm
+def test_programs_measured_in_rounds_are_interleaved_and_a_failure_is_data(target: Any) -> None:
+    """``measure_mods(rounds=3)`` builds once and runs the built programs three times, each
+    round in the order of the one before rotated by one (a burst of load elsewhere then slows
+    each a little, not one a lot); every round's samples come back; an unbuildable module is a
+    failure returned as data and is never run."""
+    from tunecache.tvm_layer.measure import make_runner, measure_mods
+
+    runner = make_runner(repeat=2)
+    calls: list[list[str]] = []
+
+    class Spying:  # the real runner, its calls recorded
+        def run(self, inputs: Any) -> Any:
+            calls.append([str(i.artifact_path) for i in inputs])
+            return runner.run(inputs)
+
+    small, large = _matmul(16), _matmul(32)
+    try:
+        got = measure_mods([small, _unbuildable(small), large], target, builder=make_builder(max_workers=0),
+                           runner=Spying(), rounds=3)
+        with pytest.raises(ValueError, match="rounds"):
+            measure_mods([small], target, builder=make_builder(max_workers=0), runner=Spying(), rounds=0)
+    finally:
+        runner.pool.shutdown(wait=True)
+    ok_small, bad, ok_large = got
+    assert ok_small.ok and ok_large.ok and len(ok_small.run_secs) == len(ok_large.run_secs) == 6
+    assert not bad.ok and bad.error and not bad.run_secs
+    assert len(calls) == 3 and all(len(c) == 2 for c in calls)
+    first, second = calls[0]
+    assert calls == [[first, second], [second, first], [first, second]]
+    assert not any(Path(p).exists() for p in calls[0])  # builds are deleted once measured
+
+
+@pytest.mark.tvm
 def test_every_record_is_valid_and_in_the_database(search: dict[str, Any]) -> None:
     [result] = search["results"]
     assert isinstance(result, TaskResult)

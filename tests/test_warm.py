@@ -14,6 +14,7 @@ import pytest
 
 from tunecache.cli import main
 from tunecache.store import Store
+from tunecache.tvm_layer.target import hardware_key, resolve_target
 
 pytestmark = pytest.mark.tvm
 HERE = Path(__file__).parent
@@ -133,3 +134,7 @@ def test_warm_from_python_plans_then_tunes(tmp_path: Path) -> None:
     rep = tunecache.warm(MODELS, store=db, full_trials=4, reuse_trials=2, seed=1, progress=False, bridges=False)
     assert {o.outcome for o in rep.outcomes} <= {"tuned", "reused"} and len(rep.outcomes) == 3
     assert 0 < rep.trials and Store(db).count_records() == rep.trials
+    # As after compile's searches, the store's best of each searched task is a re-measured one
+    # (the ranking replays and the next model's narrowed searches pick their source by).
+    st, hw = Store(db), hardware_key(resolve_target(None))
+    assert all(st.best_k(o.key, hw, 1)[0].cv is not None for o in rep.outcomes if o.trials > 0)

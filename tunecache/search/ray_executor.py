@@ -106,6 +106,7 @@ def _node_task(job: _Job, spec: NodeSpec, mod_json: str, source: NodeSpec | None
     ``mod_json``.
     """
     from tunecache.search.execute import run_node
+    from tunecache.search.remeasure import remeasure_bests
     from tunecache.store import Store
     from tunecache.tvm_layer import load_tvm
     from tunecache.tvm_layer.convert import workload_from_json
@@ -130,7 +131,11 @@ def _node_task(job: _Job, spec: NodeSpec, mod_json: str, source: NodeSpec | None
                         escalate_below=job.escalate_below, seed=job.seed, deadline=job.deadline,
                         lease_s=job.lease_s, wait_s=job.wait_s, search=job.search)
     try:
-        return run_node(replace(spec, mod=mod), source, ctx)
+        spec = replace(spec, mod=mod)
+        outcome = run_node(spec, source, ctx)
+        # Re-measured on the machine that searched, as the local executor does after its plan.
+        remeasure_bests([(spec, outcome)], ctx, deadline=job.deadline)
+        return outcome
     finally:
         store.close()
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -12,13 +12,18 @@ a record's program again and times it with more repeats, in the runner's own wor
   each re-measured median replaces the record's ranking latency through
   :meth:`Store.set_latency` (its raw ``run_secs`` stay as they were measured). It repeats until
   the top ``k`` are all re-measured, so a lucky record that falls back lets the next one be
-  checked too.
+  checked too; the records of a pass are measured in interleaved rounds.
+- :func:`remeasure_bests`: every task a search just tuned or reused, heaviest first, with the
+  search's own runner: what ``compile`` and ``warm`` (each Ray worker too) do after searching,
+  so that a store's ranking, which replays and narrowed searches pick their source program
+  by, is a re-measured one.
 
 Re-measure only on the machine the records' hardware key describes.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -26,17 +31,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunecache.errors import ConfigError, InvalidRecordError, TuningError
+from tunecache.interrupt import stop_requested
 from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import decode_trace
 from tunecache.tvm_layer import load_tvm
 from tunecache.tvm_layer.measure import evaluating, make_builder, make_runner, measure_mods
 
-__all__ = ["RemeasuredRecord", "Remeasurement", "remeasure", "remeasure_best"]
+__all__ = ["RemeasuredRecord", "Remeasurement", "remeasure", "remeasure_best", "remeasure_bests"]
 
 #: Default evaluator settings of a re-measurement: 10 samples, each the mean of 3 runs.
 DEFAULT_REPEATS = 10
 DEFAULT_NUMBER = 3
+#: The samples of programs re-measured together are taken in this many interleaved rounds: the
+#: store's top programs of a task are often within 1-2% of each other, and on a shared machine
+#: a burst of load elsewhere during one program's consecutive samples decided their order.
+DEFAULT_ROUNDS = 5
+
+
+def per_round(repeats: int, rounds: int) -> int:
+    """The evaluator's ``repeat`` that gives at least ``repeats`` samples in ``rounds`` rounds."""
+    return max(1, math.ceil(repeats / rounds))
 
 
 @dataclass(frozen=True)
@@ -92,9 +107,10 @@ class RemeasuredRecord:
     error: str | None = None
 
 
-def _check(repeats: int, number: int) -> None:
-    if repeats < 1 or number < 1:
-        raise ConfigError(f"repeats and number must be >= 1, got repeats={repeats!r}, number={number!r}")
+def _check(repeats: int, number: int, rounds: int = 1) -> None:
+    if repeats < 1 or number < 1 or rounds < 1:
+        raise ConfigError(f"repeats, number and rounds must be >= 1, got repeats={repeats!r}, "
+                          f"number={number!r}, rounds={rounds!r}")
 
 
 def _scheduled(mod: Any, trace_json: Any) -> Any:
@@ -114,13 +130,14 @@ def _scheduled(mod: Any, trace_json: Any) -> Any:
     return sch.mod
 
 
-def _measure(mods: list[Any], target: Any, repeats: int, number: int, runner: Any, builder: Any) -> list[Any]:
+def _measure(mods: list[Any], target: Any, repeats: int, number: int, runner: Any, builder: Any,
+             rounds: int = 1) -> list[Any]:
     own_runner = runner is None
     own_builder = builder is None
-    run = make_runner(number=number, repeat=repeats, min_repeat_ms=0) if own_runner else runner
+    run = make_runner(number=number, repeat=per_round(repeats, rounds), min_repeat_ms=0) if own_runner else runner
     build = make_builder(max_workers=0, warm_up_for=None) if own_builder else builder
     try:
-        return measure_mods(mods, target, builder=build, runner=run)
+        return measure_mods(mods, target, builder=build, runner=run, rounds=rounds)
     finally:
         if own_runner:
             run.pool.shutdown(wait=True)
@@ -194,6 +211,7 @@ def remeasure_best(
     time_limit_s: float | None = None,
     runner: Any = None,
     builder: Any = None,
+    rounds: int = DEFAULT_ROUNDS,
 ) -> list[RemeasuredRecord]:
     """Re-measure the ``k`` best records of ``key`` on ``hardware`` and store what was measured.
 
@@ -214,7 +232,8 @@ def remeasure_best(
     k
         How many of the best records to make trustworthy.
     repeats, number
-        Evaluator settings of each re-measurement (:func:`remeasure`).
+        Evaluator settings of each re-measurement (:func:`remeasure`): ``repeats`` samples in
+        all, taken in ``rounds``.
     force
         Also re-measure records that were re-measured before (``cv`` set); by default they are
         trusted and skipped.
@@ -222,7 +241,12 @@ def remeasure_best(
         Start no new pass after this many seconds (``None``: no limit). A pass cut off this way
         leaves promoted records un-re-measured; without a limit the top ``k`` always are.
     runner, builder
-        As in :func:`remeasure`; one runner serves every pass.
+        As in :func:`remeasure`; one runner serves every pass (its own ``repeat`` is then
+        the samples a round).
+    rounds
+        The records of a pass are measured in this many interleaved rounds
+        (:func:`~tunecache.tvm_layer.measure.measure_mods`), so that load from elsewhere
+        during one record's samples does not decide which of two near-tied programs ranks first.
 
     Returns
     -------
@@ -239,7 +263,7 @@ def remeasure_best(
     >>> remeasure_best(store, hw, task.key, task.mod, target, k=3)   # doctest: +SKIP
     [RemeasuredRecord(uid='9f..', tuned_latency_s=2.79e-3, remeasurement=Remeasurement(3.55e-3, ...))]
     """
-    _check(repeats, number)
+    _check(repeats, number, rounds)
     if k < 1:
         raise ConfigError(f"k must be >= 1, got k={k!r}")
     if time_limit_s is not None and time_limit_s <= 0:
@@ -247,7 +271,7 @@ def remeasure_best(
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     own_runner = runner is None
     own_builder = builder is None
-    run = make_runner(number=number, repeat=repeats, min_repeat_ms=0) if own_runner else runner
+    run = make_runner(number=number, repeat=per_round(repeats, rounds), min_repeat_ms=0) if own_runner else runner
     build = make_builder(max_workers=0, warm_up_for=None) if own_builder else builder
     done: dict[str, RemeasuredRecord] = {}
     try:
@@ -264,7 +288,7 @@ def remeasure_best(
                     ready.append(rec)
                 except InvalidRecordError as err:
                     done[rec.uid] = RemeasuredRecord(rec.uid, rec.latency_s, None, str(err))
-            results = _measure(mods, target, repeats, number, run, build) if mods else []
+            results = _measure(mods, target, repeats, number, run, build, rounds) if mods else []
             for rec, res in zip(ready, results, strict=True):
                 if not res.ok:
                     done[rec.uid] = RemeasuredRecord(rec.uid, rec.latency_s, None, res.error)
@@ -297,18 +321,22 @@ def remeasure_bests(done: Sequence[tuple[Any, Any]], ctx: Any, *, k: int = 2,
         spent trials are re-measured.
     ctx
         The :class:`~tunecache.values.SearchContext` the tasks were searched with (its store,
-        hardware, target, builder, and runner, lent with 10 repeats: :func:`~tunecache.tvm_layer.measure.evaluating`).
+        hardware, target, builder, and runner, lent with the repeats of a round:
+        :func:`~tunecache.tvm_layer.measure.evaluating`).
     k
         How many of each task's best records to re-measure.
     deadline
-        A ``time.time()`` after which no task starts.
+        A ``time.time()`` after which no task starts; neither does one after a stop request
+        (:mod:`tunecache.interrupt`).
     """
     todo = [(t, o) for t, o in done if o.outcome in ("tuned", "reused") and o.trials > 0]
     todo.sort(key=lambda to: -to[0].weight * (to[1].latency_s or 0.0))
     if not todo or (deadline is not None and time.time() >= deadline):
         return
-    with evaluating(ctx.runner, repeat=10) as runner:  # the search's worker process, 10 repeats
+    # The search's worker process; DEFAULT_REPEATS samples a record, in DEFAULT_ROUNDS rounds.
+    with evaluating(ctx.runner, repeat=per_round(DEFAULT_REPEATS, DEFAULT_ROUNDS)) as runner:
         for t, _o in todo:
-            if deadline is not None and time.time() >= deadline:
+            if (deadline is not None and time.time() >= deadline) or stop_requested():
                 break
-            remeasure_best(ctx.store, ctx.hardware, t.key, t.mod, ctx.target, k, runner=runner, builder=ctx.builder)
+            remeasure_best(ctx.store, ctx.hardware, t.key, t.mod, ctx.target, k, runner=runner, builder=ctx.builder,
+                           rounds=DEFAULT_ROUNDS)

@@ -435,7 +435,8 @@ class Measurement:
         return self.error is None and bool(self.run_secs)
 
 
-def measure_mods(mods: Sequence[Any], target: Any, *, builder: Any, runner: Any) -> list[Measurement]:
+def measure_mods(mods: Sequence[Any], target: Any, *, builder: Any, runner: Any,
+                 rounds: int = 1) -> list[Measurement]:
     """Build ``mods`` with ``builder`` (all at once: in parallel in its workers) and run the ones
     that built with ``runner``; return one :class:`Measurement` per module, in order.
 
@@ -448,6 +449,11 @@ def measure_mods(mods: Sequence[Any], target: Any, *, builder: Any, runner: Any)
     builder, runner
         A MetaSchedule ``Builder`` and ``Runner`` (:func:`make_builder`, :func:`make_runner`).
         Build artifacts are deleted once measured.
+    rounds
+        Run the built modules this many times, interleaved (each round in the order of the one
+        before, rotated by one), and return every round's run times together: a burst of load
+        from elsewhere on a shared machine then slows every module a little, not one of them a
+        lot. A module that fails in any round fails.
 
     Returns
     -------
@@ -458,11 +464,13 @@ def measure_mods(mods: Sequence[Any], target: Any, *, builder: Any, runner: Any)
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
     if not mods:
         return []
     device_type = {"llvm": "cpu"}.get(str(target.kind.name), str(target.kind.name))
     built = builder.build([BuilderInput(m, target) for m in mods])
-    out: list[Measurement] = [Measurement((), str(b.error_msg)) for b in built]
+    out: list[Measurement] = [Measurement((), None if b.error_msg is None else str(b.error_msg)) for b in built]
     ran: list[int] = []
     inputs = []
     for i, (mod, result) in enumerate(zip(mods, built, strict=True)):
@@ -470,14 +478,24 @@ def measure_mods(mods: Sequence[Any], target: Any, *, builder: Any, runner: Any)
             ran.append(i)
             args_info = ArgInfo.from_entry_func(mod, remove_preproc=True)
             inputs.append(RunnerInput(str(result.artifact_path), device_type, args_info))
+    secs: dict[int, list[float]] = {i: [] for i in ran}
     try:
-        futures = runner.run(inputs) if inputs else []
-        for i, future in zip(ran, futures, strict=True):
-            res = future.result()
-            if res.error_msg is not None or res.run_secs is None:
-                out[i] = Measurement((), str(res.error_msg or "runner returned no run time"))
-            else:
-                out[i] = Measurement(tuple(float(x) for x in res.run_secs), None)
+        for r in range(rounds):
+            order = [j for j in range(len(ran)) if out[ran[j]].error is None]
+            if not order:
+                break
+            order = order[r % len(order):] + order[: r % len(order)]
+            futures = runner.run([inputs[j] for j in order])
+            for j, future in zip(order, futures, strict=True):
+                i = ran[j]
+                res = future.result()
+                if res.error_msg is not None or res.run_secs is None:
+                    out[i] = Measurement((), str(res.error_msg or "runner returned no run time"))
+                else:
+                    secs[i].extend(float(x) for x in res.run_secs)
+        for i in ran:
+            if out[i].error is None:
+                out[i] = Measurement(tuple(secs[i]), None)
     finally:
         for result in built:
             if result.artifact_path is not None:
