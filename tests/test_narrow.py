@@ -127,6 +127,19 @@ def test_every_measured_candidate_is_committed(narrowed: dict[str, Any]) -> None
     assert res.best_trace in traces
 
 
+def test_remeasured_latencies_name_the_committed_records_they_belong_to(narrowed: dict[str, Any]) -> None:
+    """``remeasured_latency`` points at candidates by their place in the commit order (what
+    ``search_reuse`` turns into store uids): the winner's entry is its trace with its median."""
+    db, res = narrowed["db"], narrowed["res"]
+    recs = db.get_all_tuning_records()
+    trials = [t for t, _m, _cv in res.remeasured_latency]
+    assert len(trials) >= 2 and len(set(trials)) == len(trials) and all(0 <= t < len(recs) for t in trials)
+    by_trial = {t: (m, cv) for t, m, cv in res.remeasured_latency}
+    winners = [t for t in trials if decode_trace(recs[t].trace.as_json()) == res.best_trace]
+    assert winners and any(by_trial[t][0] == res.best_latency_s for t in winners)
+    assert all(m > 0 and cv >= 0 and max(float(x) for x in recs[t].run_secs) < 1.0 for t, (m, cv) in by_trial.items())
+
+
 def test_each_committed_record_carries_its_own_measurement(sources: list[Any], target: Any, builder: Any) -> None:
     """Every candidate of a round is committed with its own run time (a run time left over from
     the runner loop once gave every record of a round the last candidate's, so a slow program

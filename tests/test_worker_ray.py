@@ -105,5 +105,6 @@ def test_a_ray_worker_drains_the_same_queue_as_a_local_one(two_nodes: str, tmp_p
         assert waiting <= done[ex]  # and the bridges the plan tuned, if any
         assert all(0 < st.count_records(hw, workload=w.key) <= TRIALS for w in st.workloads())
         # Each task's best was re-measured where it was searched (on the Ray worker for "ray").
-        assert all(st.best_k(w.key, hw, 1)[0].cv is not None for w in st.workloads() if str(w.key) in waiting)
+        assert all(st.best_k(w.key, hw, 1)[0].cv is not None for w in st.workloads()
+                   if str(w.key) in waiting and st.count_records(hw, workload=w.key) > 1)
     assert done["ray"] == done["local"]

@@ -333,8 +333,9 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
         latency = _best_latency(ctx, spec.key)
         return TaskOutcome(spec.node, spec.name, spec.key, "reused" if latency is not None else "fallback",
                            source=str(source.key), note="the plan's trial budget is spent", latency_s=latency)
+    committed: list[str] = []  # record uids in the order the narrowed search measured them
     db = make_database(store, hardware, ctx.target, provenance=_prov(hardware, "reused", source.key, sources[0].uid),
-                       names={spec.key.shash: spec.name})
+                       names={spec.key.shash: spec.name}, on_commit=lambda e: committed.append(e.record.uid))
     t0 = time.time()
     # The task's own predicted program is one more source, second so that round 0 measures it:
     # a far source (a classifier's 1-row matmul reused by BERT's 128-row dense ran 5x slower
@@ -348,6 +349,11 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
         reraise_store_error(db, err)
         raise
     secs = time.time() - t0
+    # Its fastest candidates were measured again, interleaved: the store ranks them by that, and
+    # the bests' re-measurement after the plan (remeasure_bests) skips them.
+    for trial, median_s, cv in res.remeasured_latency:
+        if 0 <= trial < len(committed):
+            store.set_latency(committed[trial], median_s, cv)
     if stop_requested():
         raise Interrupted(res.trials)
     far = _far(source, spec)

@@ -318,7 +318,9 @@ def remeasure_bests(done: Sequence[tuple[Any, Any]], ctx: Any, *, k: int = 2,
     done
         ``(task, outcome)`` pairs: a task (``key``, ``weight``, ``mod``) and its
         :class:`~tunecache.values.TaskOutcome`; only ``tuned`` and ``reused`` outcomes that
-        spent trials are re-measured.
+        spent more than one trial are re-measured (one trial is one program: nothing to rank),
+        and records re-measured before (``cv`` set, as a narrowed search leaves its fastest)
+        are skipped.
     ctx
         The :class:`~tunecache.values.SearchContext` the tasks were searched with (its store,
         hardware, target, builder, and runner, lent with the repeats of a round:
@@ -329,7 +331,8 @@ def remeasure_bests(done: Sequence[tuple[Any, Any]], ctx: Any, *, k: int = 2,
         A ``time.time()`` after which no task starts; neither does one after a stop request
         (:mod:`tunecache.interrupt`).
     """
-    todo = [(t, o) for t, o in done if o.outcome in ("tuned", "reused") and o.trials > 0]
+    # One trial is one program: nothing to rank (BERT's reshapes, ten of a compile's tasks).
+    todo = [(t, o) for t, o in done if o.outcome in ("tuned", "reused") and o.trials > 1]
     todo.sort(key=lambda to: -to[0].weight * (to[1].latency_s or 0.0))
     if not todo or (deadline is not None and time.time() >= deadline):
         return

@@ -214,7 +214,8 @@ class Candidate:
 
     ``features`` (:mod:`tunecache.tvm_layer.features`, ``None`` if they could not be read) and
     ``cost`` rank it; ``samples`` are its measured median run times, ``latency_s`` the first of
-    them, or their median once re-measured.
+    them, or their median once re-measured; ``trial`` its 0-based place among the search's
+    measured candidates (the order they were committed in), once measured.
     """
 
     skeleton: Skeleton
@@ -224,6 +225,7 @@ class Candidate:
     cost: float = 0.0
     latency_s: float | None = None
     samples: list[float] = field(default_factory=list)
+    trial: int | None = None
 
 
 class Materializer:

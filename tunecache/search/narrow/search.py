@@ -114,6 +114,12 @@ class NarrowResult:
         what zero-trial reuse would have served. ``best_latency_s <= zero_trial_latency_s``.
     remeasured
         Extra measurements taken by the final re-measurement (not counted as trials).
+    remeasured_latency
+        ``(trial, median_s, cv)`` of each candidate the final re-measurement measured again:
+        its place among the trials (the order they were committed to ``database``) and the
+        median and coefficient of variation of all its samples. The caller may make these the
+        records' ranking latencies (``Store.set_latency``): a store ranks by one measurement
+        otherwise.
     best_source
         Index (into ``sources``) of the trace the best program descends from.
     source_valid
@@ -138,6 +144,7 @@ class NarrowResult:
     failed_run: int
     history: tuple[RoundSummary, ...]
     remeasured: int = 0
+    remeasured_latency: tuple[tuple[int, float, float], ...] = ()
 
 
 def _simd_lanes(target: Any, dtype_bits: int = 32) -> int:
@@ -156,6 +163,11 @@ def _simd_lanes(target: Any, dtype_bits: int = 32) -> int:
 
 def _median(run_secs: Any) -> float:
     return float(statistics.median(float(x) for x in run_secs))
+
+
+def _cv(samples: Any) -> float:
+    mean = statistics.fmean(samples)
+    return statistics.stdev(samples) / mean if mean > 0 else 0.0
 
 
 class NarrowedSearch:
@@ -240,6 +252,7 @@ class NarrowedSearch:
                 _remove_artifact(str(b.artifact_path))
         valid = 0
         for i, cand in enumerate(cands):
+            cand.trial = self.trials
             self.trials += 1
             cand_secs = run_secs[i]
             if cand_secs is not None:
@@ -538,4 +551,7 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
         failed_run=search.failed_run,
         history=tuple(history),
         remeasured=search.remeasured,
+        remeasured_latency=tuple(
+            (c.trial, float(statistics.median(c.samples)), _cv(c.samples))
+            for c in search.measured_valid if c.trial is not None and len(c.samples) > 1),
     )
