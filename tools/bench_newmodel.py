@@ -672,6 +672,11 @@ def run_model(spec: str, args: argparse.Namespace, warm_db: Path, work: Path) ->
         if "error" in info and "summary" not in info:
             continue
         info["latency_vs_reference"] = ratio(info.get("latency_s"), refd.get("latency_s"))
+        # Paired: the median of this arm's round over the reference's same round. The rounds
+        # alternate, so a slow drift of the machine's load (this 2-core VM's neighbours) cancels.
+        mine, theirs = info.get("rounds") or [], refd.get("rounds") or []
+        if len(mine) == len(theirs) > 1:
+            info["latency_vs_reference_paired"] = statistics.median(a / b for a, b in zip(mine, theirs, strict=True))
         if ref_arm == "full":
             info["tuning_time_vs_full"] = ratio(info.get("seconds_tuning"), refd.get("seconds_tuning"))
             info["trials_vs_full"] = ratio(info.get("trials"), refd.get("trials"))
@@ -732,7 +737,7 @@ def f(x: Any, fmt: str) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = (f"{'model':<34} {'arm':<9} {'lat/ref':>8} {'tune_s':>8} {'t/full':>7} {'trials':>6} "
+    head = (f"{'model':<34} {'arm':<9} {'lat/ref':>8} {'paired':>7} {'tune_s':>8} {'t/full':>7} {'trials':>6} "
             f"{'hit':>4} {'repl':>4} {'pred':>4} {'reuse':>5} {'tuned':>5} {'esc':>3} {'fb':>3}")
     lines = [head, "-" * len(head)]
     for res in results:
@@ -746,7 +751,8 @@ def table(results: list[dict[str, Any]]) -> str:
             c = i["counts"]
             lines.append(
                 f"{res['model'][:34]:<34} {arm:<9} {f(i.get('latency_vs_reference'), '8.3f')} "
-                f"{f(i.get('seconds_tuning'), '8.1f')} {f(i.get('tuning_time_vs_full'), '7.3f')} {i['trials']:>6} "
+                f"{f(i.get('latency_vs_reference_paired'), '7.3f')} {f(i.get('seconds_tuning'), '8.1f')} "
+                f"{f(i.get('tuning_time_vs_full'), '7.3f')} {i['trials']:>6} "
                 f"{c['hit']:>4} {c['replayed']:>4} {c.get('predicted', 0):>4} {c['reused']:>5} {c['tuned']:>5} "
                 f"{i['escalated']:>3} "
                 f"{c['fallback']:>3}")
@@ -826,7 +832,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=128, help="trials per full search, B (default: %(default)s)")
     ap.add_argument("--reuse-budget", type=int, default=None, metavar="R",
                     help="most trials of a narrowed search in the tunecache arm (default: tunecache's own)")
-    ap.add_argument("--rounds", type=int, default=5, help="alternating latency rounds (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=30,
+                    help="alternating latency rounds, each ~0.3 s of calls per arm (default: %(default)s; 5 rounds "
+                         "spread arms +-10%% on a shared 2-core VM, session 21)")
     ap.add_argument("--seed", type=int, default=0,
                     help="search seed of warm, full and tunecache (default: %(default)s)")
     ap.add_argument("--work", type=Path, default=None,
