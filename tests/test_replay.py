@@ -183,3 +183,47 @@ def test_a_program_that_recomputes_more_on_the_new_shape_is_passed_over(tmp_path
     x = np.random.default_rng(0).standard_normal((8, 64)).astype("float32")
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     np.testing.assert_allclose(cm(x), e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_a_near_tied_program_with_a_512_step_unroll_is_replayed_after_a_lighter_one(warm: tuple[str, Any],
+                                                                                     tmp_path: Path) -> None:
+    """LLVM takes seconds over a 512-step unroll (BERT's softmax: a replay compile's build 1.3 s
+    -> 8.6 s): a source program that unrolls that far and measured within the noise of a
+    lighter one is replayed after it; one clearly faster is still replayed first."""
+    from tunecache.replay import HEAVY_UNROLL, replay_misses, unroll_steps
+    from tunecache.tvm_layer import frontend
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    target = resolve_target(None)
+    hw = hardware_key(target)
+    (task,) = frontend.extract_tasks(frontend.prepare_for_tuning(relax_matmul_relu(32, 64, 48), target), target)
+    for factor, heavy_replayed in ((0.99, False), (0.5, True)):
+        store = open_store(copy_sqlite(warm[0], tmp_path / f"heavy{factor}.db"))
+        (src,) = [w for w in store.workloads() if store.best_k(w.key, hw, 1)]
+        best = store.best_k(src.key, hw, 1)[0]
+        light = _unrolled(best, 16, best.latency_s / 2)  # both above every tuned record
+        heavy = _unrolled(best, HEAVY_UNROLL, light.latency_s * factor)
+        assert (unroll_steps(light.trace), unroll_steps(heavy.trace)) == (16, HEAVY_UNROLL)
+        store.commit_records([light, heavy])
+        assert [r.uid for r in store.best_k(src.key, hw, 2)] == [heavy.uid, light.uid]
+        got = replay_misses([task], target, hw, store)[task.key]
+        assert got.how == "replayed" and got.record is not None
+        assert unroll_steps(got.record.trace) == (HEAVY_UNROLL if heavy_replayed else 16), factor
+
+
+def _unrolled(best: Any, steps: int, latency_s: float) -> Any:
+    """A copy of the record ``best`` that samples ``steps`` unroll steps, written also where its
+    postprocessing annotated the sampled value (``pragma_auto_unroll_max_step``)."""
+    import dataclasses
+    import uuid
+
+    from tunecache.store.records import decode_trace
+
+    insts, decisions = decode_trace(best.trace)
+    [(n, i)] = [(n, i) for n, (i, _d) in enumerate(decisions)
+                if insts[i][0] == "SampleCategorical" and 512 in insts[i][2][0]]
+    decs = [list(d) for d in decisions]
+    decs[n][1] = insts[i][2][0].index(steps)
+    ins = [[k, [steps if isinstance(x, int) and "unroll_max_step" in str(a) else x for x in inp], a, o]
+           if k == "Annotate" else [k, inp, a, o] for k, inp, a, o in insts]
+    return dataclasses.replace(best, trace=[ins, decs], latency_s=latency_s, uid=uuid.uuid4().hex, cv=None)

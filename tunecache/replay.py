@@ -36,7 +36,8 @@ from tunecache.reuse.costs import FAR_RATIO, PRIME_EXTENT_ABOVE, CostModel, prim
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Record
 
-__all__ = ["PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE", "RECOMPUTE_GROWTH", "SOURCES_TRIED", "Replay", "replay_misses"]
+__all__ = ["HEAVY_UNROLL", "NEAR_TIE", "PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE", "RECOMPUTE_GROWTH",
+           "SOURCES_TRIED", "Replay", "cheap_builds_first", "replay_misses", "unroll_steps"]
 
 log = logging.getLogger("tunecache")
 
@@ -53,6 +54,21 @@ PROGRAMS_PER_SOURCE = 3
 #: 128 tokens, not the 128-step loop at 256); the source's next program, which does not
 #: recompute, 1.1-2.0 ms (AMD EPYC Zen 3, docs/newmodel.md, session 19).
 RECOMPUTE_GROWTH = 1.10
+#: A source's programs within this fraction of its best latency, or within the best's own
+#: re-measured coefficient of variation if larger, are near-tied (their order is within this
+#: machine's measurement noise: 5 of BERT's softmax programs within 6%, coefficients of
+#: variation 0.17-0.37); among them the one with the shortest explicit unroll is replayed
+#: first unless it unrolls :data:`HEAVY_UNROLL` steps or more. A 512-step unroll is what LLVM
+#: takes longest over: BERT's softmax program with one built in 2.5-3.0 s alone and made a replay
+#: compile 8.6 s of building against 1.3 s (untuned build: 2.5 s; AMD EPYC Zen 3,
+#: docs/newmodel.md, session 21).
+NEAR_TIE = 0.05
+#: Unroll steps from which a near-tied program is replayed after the lighter ones.
+HEAVY_UNROLL = 512
+#: Annotations whose value is a loop's unroll steps: the sampled one, and what postprocessing
+#: writes from it.
+UNROLL_KEYS = frozenset({"meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit",
+                         "pragma_auto_unroll_max_step"})
 
 
 @dataclass(frozen=True)
@@ -152,7 +168,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
         grown: list[tuple[float, Replay, str]] = []
         for s in near[:sources]:
             source_mod: list[Any] = []  # the source's own module, decoded once if needed
-            for rec in store.best_k(s.key, hw, programs):
+            for rec in cheap_builds_first(store.best_k(s.key, hw, programs)):
                 try:
                     got = replayed_record(rec, t.mod, t.key, hw, target)
                 except Exception as err:  # noqa: BLE001 - one source failing is a reason, not an error
@@ -188,6 +204,42 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
     n = sum(r.how == "replayed" and r.record is not None for r in out.values())
     log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
     return out
+
+
+def unroll_steps(trace: Any) -> int:
+    """The longest explicit or implicit unroll a stored trace asks for (0 when none).
+
+    MetaSchedule samples it (``SampleCategorical`` over e.g. ``[0, 16, 64, 512]``) and
+    annotates a block with the sampled value (``meta_schedule.unroll_explicit``); the trace is
+    a record's JSON ``[instructions, decisions]``.
+    """
+    from tunecache.store.records import decode_trace
+
+    try:
+        insts, decisions = decode_trace(trace)
+        sampled: dict[str, int] = {}
+        for i, d in decisions:
+            kind, _inputs, attrs, outputs = insts[i]
+            if kind == "SampleCategorical" and outputs and isinstance(d, int):
+                sampled[str(outputs[0])] = int(attrs[0][d])
+        steps = [sampled.get(str(inputs[1]), 0) if isinstance(inputs[1], str) else int(inputs[1])
+                 for kind, inputs, attrs, _outputs in insts
+                 if kind == "Annotate" and attrs and str(attrs[0]) in UNROLL_KEYS and len(inputs) > 1]
+    except (TypeError, ValueError, IndexError, KeyError):
+        return 0  # a trace of another shape: no preference
+    return max(steps, default=0)
+
+
+def cheap_builds_first(records: Sequence[Record], tie: float = NEAR_TIE) -> list[Record]:
+    """``records`` (best first) with the near-tied ones (within ``tie`` of the best latency, or
+    within the best's coefficient of variation if larger) that unroll :data:`HEAVY_UNROLL` steps
+    or more moved after the other near-tied ones (:data:`NEAR_TIE`); the rest keep their order."""
+    if not records or records[0].latency_s is None:
+        return list(records)
+    bound = records[0].latency_s * (1.0 + max(tie, records[0].cv or 0.0))
+    tied = [r for r in records if r.latency_s is not None and r.latency_s <= bound]
+    rest = [r for r in records if not (r.latency_s is not None and r.latency_s <= bound)]
+    return sorted(tied, key=lambda r: unroll_steps(r.trace) >= HEAVY_UNROLL) + rest  # stable: latency order
 
 
 def _recompute_growth(rec: Record, got: Record, source: WorkloadKey, source_mod: list[Any], task: Any,
