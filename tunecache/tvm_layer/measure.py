@@ -362,8 +362,10 @@ def evaluating(runner: Any, *, repeat: int, number: int = 3) -> Iterator[Any]:
     A ``LocalRunner`` (:func:`make_runner`) reads its evaluator settings on each ``run``, so it
     is lent with other settings and its worker process is kept: a new runner would start a
     process of its own (an ``import tvm``: 2.5 s on an AMD Zen 5, 4.4 s on a Zen 3, each time a
-    compile re-measures its bests). Any other runner (RPC) gets a new ``LocalRunner``, closed on
-    exit. Not for a runner that another thread measures with meanwhile.
+    compile re-measures its bests). MetaSchedule's ``RPCRunner`` reads them the same way and is
+    lent too, so a warm that measured on an RPC device re-measures there. A runner without
+    ``evaluator_config`` and ``pool`` (a Python runner of a test) gets a new ``LocalRunner``,
+    closed on exit. Not for a runner that another thread measures with meanwhile.
 
     Parameters
     ----------
