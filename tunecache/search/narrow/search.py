@@ -46,6 +46,7 @@ from tunecache.errors import ConfigError, InvalidRecordError
 from tunecache.search.narrow.align import OPEN_TRIES, Candidate, Materializer, Skeleton, decisions_key, open_picks
 from tunecache.search.narrow.moves import PHASES, cpu_cost, cuda_cost, fitted_decisions, neighbour_decisions
 from tunecache.search.narrow.replay import as_ir_module, trace_of
+from tunecache.search.remeasure import Remeasurement
 from tunecache.store.records import INVALID_RUN_SECS, decode_trace
 from tunecache.tvm_layer import load_tvm
 from tunecache.tvm_layer.tir import first_primfunc
@@ -163,11 +164,6 @@ def _simd_lanes(target: Any, dtype_bits: int = 32) -> int:
 
 def _median(run_secs: Any) -> float:
     return float(statistics.median(float(x) for x in run_secs))
-
-
-def _cv(samples: Any) -> float:
-    mean = statistics.fmean(samples)
-    return statistics.stdev(samples) / mean if mean > 0 else 0.0
 
 
 class NarrowedSearch:
@@ -535,6 +531,8 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
     search.remeasure(remeasure_top, remeasure_rounds, also=zero_cand)
     zero = None if zero_cand is None else zero_cand.latency_s
     winner = search.best
+    remeasured = [(c.trial, Remeasurement.from_samples(c.samples)) for c in search.measured_valid
+                  if c.trial is not None and len(c.samples) > 1]
     source_valid = [search.source_valid.get(i, 0) for i in range(len(sources))]
     return NarrowResult(
         best_trace=None if winner is None else decode_trace(winner.sch.trace.as_json()),
@@ -551,7 +549,5 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
         failed_run=search.failed_run,
         history=tuple(history),
         remeasured=search.remeasured,
-        remeasured_latency=tuple(
-            (c.trial, float(statistics.median(c.samples)), _cv(c.samples))
-            for c in search.measured_valid if c.trial is not None and len(c.samples) > 1),
+        remeasured_latency=tuple((t, rm.median_s, rm.cv) for t, rm in remeasured),
     )
