@@ -118,11 +118,11 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
     A Ctrl-C stops the search after the measurements in flight (:mod:`tunecache.interrupt`):
     :class:`~tunecache.errors.Interrupted` is raised with the trials spent and the records kept.
     """
-    from tunecache.interrupt import stop_on_interrupt, stop_requested
+    from tunecache.interrupt import stop_on_interrupt
     from tunecache.planning import make_plan, scratch_plan
     from tunecache.search.budget import bounded_plan, plan_budget
     from tunecache.search.execute import execute_plan, search_context
-    from tunecache.search.remeasure import remeasure_bests
+    from tunecache.search.remeasure import remeasure_plan
     from tunecache.tvm_layer.bridges import materialize_bridge
 
     start = time.time()
@@ -145,10 +145,7 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
                 escalate_below=DEFAULT_ESCALATE_BELOW if escalate_below is None else escalate_below,
                 seed=seed, progress=progress, fresh=not reuse, search=search_kind) as ctx:
             outcomes = execute_plan(mp, mods, ctx, transfer=transfer, on_step=getattr(progress, "step", None))
-            remeasure_bests([(by_key[pt.key], outcomes[n]) for n, pt in mp.tasks.items() if n in outcomes], ctx,
-                            deadline=None if time_budget_s is None else start + time_budget_s)
-            if stop_requested():  # during re-measuring: every search is done and committed
-                raise Interrupted(sum(o.trials for o in outcomes.values()))
+            remeasure_plan(mp, misses, outcomes, ctx, deadline=None if time_budget_s is None else start + time_budget_s)
     except Interrupted as stop:
         raise Interrupted(stop.trials, stored_records(store, hw, [t.key for t in misses])) from stop
     return SearchResult(mp, outcomes, time.time() - start, max_trials)

@@ -249,10 +249,10 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
                                         address=address, seed=seed, on_step=on_step, time_budget_s=time_budget_s,
                                         runner=runner, search=search)
         else:
-            from tunecache.interrupt import stop_on_interrupt, stop_requested
+            from tunecache.interrupt import stop_on_interrupt
             from tunecache.pipeline import REMEASURE_SHARE
             from tunecache.search.execute import execute_plan, search_context
-            from tunecache.search.remeasure import remeasure_bests
+            from tunecache.search.remeasure import remeasure_plan
             from tunecache.tvm_layer.measure import rpc_runner
 
             with stop_on_interrupt(), search_context(
@@ -263,11 +263,7 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
                 outcomes = execute_plan(mp, mods, ctx, on_step=on_step, polish=polish)
                 # As compile does: the store's ranking is what replays and the next model's
                 # narrowed searches pick their source by, so it is a re-measured one.
-                by_key = {t.key: t for t in todo}
-                remeasure_bests([(by_key[pt.key], outcomes[n]) for n, pt in mp.tasks.items() if n in outcomes],
-                                ctx, deadline=None if time_budget_s is None else t0 + time_budget_s)
-                if stop_requested():  # during re-measuring: every search is done and committed
-                    raise Interrupted(sum(o.trials for o in outcomes.values()))
+                remeasure_plan(mp, todo, outcomes, ctx, deadline=None if time_budget_s is None else t0 + time_budget_s)
     except Interrupted as stop:
         raise Interrupted(stop.trials, stored_records(st, hw, [t.key for t in todo])) from stop
     finally:

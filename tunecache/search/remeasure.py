@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunecache.errors import ConfigError, InvalidRecordError, TuningError
+from tunecache.errors import ConfigError, Interrupted, InvalidRecordError, TuningError
 from tunecache.interrupt import stop_requested
 from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
@@ -38,7 +38,7 @@ from tunecache.store.records import decode_trace
 from tunecache.tvm_layer import load_tvm
 from tunecache.tvm_layer.measure import evaluating, make_builder, make_runner, measure_mods
 
-__all__ = ["RemeasuredRecord", "Remeasurement", "remeasure", "remeasure_best", "remeasure_bests"]
+__all__ = ["RemeasuredRecord", "Remeasurement", "remeasure", "remeasure_best", "remeasure_bests", "remeasure_plan"]
 
 #: Default evaluator settings of a re-measurement: 10 samples, each the mean of 3 runs.
 DEFAULT_REPEATS = 10
@@ -343,3 +343,20 @@ def remeasure_bests(done: Sequence[tuple[Any, Any]], ctx: Any, *, k: int = 2,
                 break
             remeasure_best(ctx.store, ctx.hardware, t.key, t.mod, ctx.target, k, runner=runner, builder=ctx.builder,
                            rounds=DEFAULT_ROUNDS)
+
+
+def remeasure_plan(mp: Any, tasks: Sequence[Any], outcomes: dict[str, Any], ctx: Any, *,
+                   deadline: float | None = None) -> None:
+    """:func:`remeasure_bests` for the tasks of an executed plan, what ``compile`` and the local
+    ``warm`` do after :func:`~tunecache.search.execute.execute_plan`.
+
+    ``mp`` is the plan (its ``tasks``: node -> planned task with a ``key``), ``tasks`` the
+    tasks it was made of, ``outcomes`` the plan's outcome per node. A stop request during the
+    re-measurements (every search done and committed) raises
+    :class:`~tunecache.errors.Interrupted` with the plan's trials.
+    """
+    by_key = {t.key: t for t in tasks}
+    remeasure_bests([(by_key[pt.key], outcomes[n]) for n, pt in mp.tasks.items() if n in outcomes], ctx,
+                    deadline=deadline)
+    if stop_requested():
+        raise Interrupted(sum(o.trials for o in outcomes.values()))
