@@ -121,6 +121,10 @@ class NarrowResult:
         median and coefficient of variation of all its samples. The caller may make these the
         records' ranking latencies (``Store.set_latency``): a store ranks by one measurement
         otherwise.
+    rebuilt
+        Candidates built a second time for the final re-measurement: the builds of the
+        ``remeasure_top`` fastest are kept, but one that moves up when a faster one's median
+        turns out slower was not.
     best_source
         Index (into ``sources``) of the trace the best program descends from.
     source_valid
@@ -146,6 +150,7 @@ class NarrowResult:
     history: tuple[RoundSummary, ...]
     remeasured: int = 0
     remeasured_latency: tuple[tuple[int, float, float], ...] = ()
+    rebuilt: int = 0
 
 
 def _simd_lanes(target: Any, dtype_bits: int = 32) -> int:
@@ -202,6 +207,7 @@ class NarrowedSearch:
         self.source_valid: dict[int, int] = {}
         self.measured_valid: list[Candidate] = []
         self.remeasured = 0
+        self.rebuilt = 0
         self.best: Candidate | None = None
         self.start = time.perf_counter()
         # The builds of the ``keep_builds`` fastest candidates and of the first that ran (the
@@ -292,23 +298,45 @@ class NarrowedSearch:
     def remeasure(self, top_k: int, rounds: int, also: Candidate | None = None) -> None:
         """Measure the ``top_k`` fastest candidates (and ``also``) ``rounds`` more times,
         interleaved, and re-pick the best by the median of all its measurements (the minimum of
-        many single noisy measurements is biased towards lucky ones)."""
-        from tvm.s_tir.meta_schedule.builder import BuilderInput
-        from tvm.s_tir.meta_schedule.runner import RunnerInput
+        many single noisy measurements is biased towards lucky ones).
 
+        A candidate whose median turns out slower drops down, and one measured once may then rank
+        among the ``top_k``: passes repeat until the ``top_k`` fastest have all been re-measured
+        (or failed to be), as :func:`~tunecache.search.remeasure.remeasure_best` does for a store,
+        so a single lucky measurement never wins over re-measured medians.
+        """
+        if rounds < 1:
+            return
+        done: set[int] = set()
         top = sorted(self.measured_valid, key=lambda c: c.latency_s or math.inf)[:top_k]
         if also is not None and also.latency_s is not None and all(c is not also for c in top):
             top.append(also)
-        if rounds < 1 or len(top) < 2:
+        if len(top) < 2:
             return
-        unbuilt = [c for c in top if id(c) not in self.artifacts]  # builds not kept (keep_builds < top_k)
+        while True:
+            todo = [c for c in top if id(c) not in done]
+            if not todo:
+                break
+            self._remeasure_pass(todo, rounds)
+            done.update(id(c) for c in todo)
+            top = sorted(self.measured_valid, key=lambda c: c.latency_s or math.inf)[:top_k]
+        self.best = min(self.measured_valid, key=lambda c: c.latency_s or math.inf)
+
+    def _remeasure_pass(self, cands: list[Candidate], rounds: int) -> None:
+        """Run ``cands`` ``rounds`` times, interleaved (building those whose build was not kept),
+        and make each one's latency the median of all its samples."""
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+        unbuilt = [c for c in cands if id(c) not in self.artifacts]  # builds not kept (keep_builds < top_k)
         if unbuilt:
+            self.rebuilt += len(unbuilt)
             for c, b in zip(unbuilt, self.builder.build([BuilderInput(c.sch.mod, self.target) for c in unbuilt]),
                             strict=False):
                 if b.error_msg is None and b.artifact_path:
                     self.artifacts[id(c)] = str(b.artifact_path)
-        ok = [(c, self.artifacts[id(c)]) for c in top if id(c) in self.artifacts]
-        for _ in range(rounds):
+        ok = [(c, self.artifacts[id(c)]) for c in cands if id(c) in self.artifacts]
+        for _ in range(rounds if ok else 0):
             futures = self.runner.run([RunnerInput(path, self.device, self._args_info(c)) for c, path in ok])
             for (cand, _), fut in zip(ok, futures, strict=False):
                 res = fut.result()
@@ -317,9 +345,8 @@ class NarrowedSearch:
                     if secs and max(secs) < INVALID_RUN_SECS:
                         cand.samples.append(_median(secs))
                         self.remeasured += 1
-        for cand in top:
+        for cand in cands:
             cand.latency_s = float(statistics.median(cand.samples))
-        self.best = min(self.measured_valid, key=lambda c: c.latency_s or math.inf)
 
     def _prune_builds(self) -> None:
         """Delete the kept builds of candidates no longer among the ``keep_builds`` fastest."""
@@ -550,4 +577,5 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
         history=tuple(history),
         remeasured=search.remeasured,
         remeasured_latency=tuple((t, rm.median_s, rm.cv) for t, rm in remeasured),
+        rebuilt=search.rebuilt,
     )
