@@ -47,7 +47,7 @@ export TUNECACHE_TEST_PG_URL="postgresql://postgres@127.0.0.1:$PGPORT/postgres"
 
 echo "== running the tests"
 set +e
-$PY -m pytest "$@"
+$PY -m pytest --durations=40 "$@"  # the slowest tests, so a CI log shows where its minutes go
 rc=$?
 set -e
 if [ "$checks" != 0 ]; then
