@@ -511,20 +511,23 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
             mat.failed_replay += 1
     first: list[Candidate] = []
     limit = min(round_size, max_trials)
-    for sk in skeletons:
+    for at, sk in enumerate(skeletons):
         if len(first) >= limit:
             break
+        # Every later source keeps a place for its own replay (the task's predicted program comes
+        # last: a source's extra picks once took all of round 0 from it).
+        room = max(1, limit - len(first) - (len(skeletons) - at - 1))
         # Sites beta had no decision for get a few compute locations (the best source's replay)
         # or the first of them (the other sources).
         picks = open_picks(mat, sk, dict(sk.decisions), OPEN_TRIES if not first else 1)
-        cands = [c for c in (search.materialize_new(sk, d) for d in picks[: limit - len(first)]) if c is not None]
+        cands = [c for c in (search.materialize_new(sk, d) for d in picks[:room]) if c is not None]
         if not cands:
             continue
         first.extend(cands)
         # Where TVM's rescaling degenerated an inner tile (it does not divide alpha's extent),
         # also try the nearest perfect tiling to what beta asked for.
         fitted = fitted_decisions(sk, cands[0].decisions)
-        if fitted is not None and len(first) < limit:
+        if fitted is not None and len(cands) < room:
             fit = search.materialize_new(sk, fitted)
             if fit is not None:
                 first.append(fit)
