@@ -140,7 +140,7 @@ def _wait_for_claim(db: str, hw: Any, proc: subprocess.Popen[str], timeout: floa
     raise AssertionError("the worker never claimed a task")
 
 
-def test_a_killed_worker_leaves_a_queue_another_finishes(tmp_path: Path) -> None:
+def test_a_killed_worker_leaves_a_queue_another_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = str(tmp_path / "kill.db")
     hw = hardware_key(resolve_target(None))
     tunecache.compile(relax_matmul_relu(16, 16, 16), store=db, tune="background", progress=False)
@@ -152,11 +152,22 @@ def test_a_killed_worker_leaves_a_queue_another_finishes(tmp_path: Path) -> None
     (entry,) = st.queued(hw)  # still waiting, its claim held by a dead process
     assert st.claim_holder(entry.workload, hw) is not None
 
+    # One more task, so the worker below runs two batches of one task: it starts its builder's and
+    # runner's worker processes (seconds each) once, not once a batch.
+    tunecache.compile(relax_matmul_relu(8, 16, 8), store=db, tune="background", progress=False)
+    assert len(st.queued(hw)) == 2
+    import tunecache.tvm_layer.measure as measure
     from tunecache.worker import work
 
-    rep = work(store=db, once=True, trials_per_task=TRIALS, progress=False)  # takes the dead worker's claim over
-    assert [o.outcome for o in rep.outcomes] in (["tuned"], ["reused"]) and rep.left == 0
-    assert st.queued() == [] and st.is_done(entry.workload, hw)
+    started: list[str] = []
+    real_builder, real_runner = measure.make_builder, measure.make_runner
+    monkeypatch.setattr(measure, "make_builder", lambda *a, **kw: started.append("builder") or real_builder(*a, **kw))
+    monkeypatch.setattr(measure, "make_runner", lambda *a, **kw: started.append("runner") or real_runner(*a, **kw))
+    # It takes the dead worker's claim over.
+    rep = work(store=db, once=True, batch=1, trials_per_task=TRIALS, progress=False)
+    assert rep.batches == 2 and [o.outcome in ("tuned", "reused") for o in rep.outcomes] == [True, True]
+    assert rep.left == 0 and st.queued() == [] and st.is_done(entry.workload, hw)
+    assert sorted(started) == ["builder", "runner"]
 
 
 def test_sigterm_stops_a_worker_after_the_round_in_flight(tmp_path: Path) -> None:

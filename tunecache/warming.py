@@ -185,14 +185,18 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
                reuse_trials: int, time_budget_s: float | None, executor: str = "local", address: str | None = None,
                runner: str | None = None, bridges: bool = True, dry_run: bool = False, seed: int | None = None,
                progress: bool = True, holder: str | None = None, label: str = "warm",
-               polish: bool = False, search: str = DEFAULT_SEARCH) -> WarmReport:
+               polish: bool = False, search: str = DEFAULT_SEARCH, measurers: tuple[Any, Any] | None = None,
+               ) -> WarmReport:
     """The body of :func:`warm` once the tasks, target, store and cluster are there (the
     worker's too, :mod:`tunecache.worker`): plan the tasks not done, execute the plan.
 
     ``tasks`` have ``key``, ``name``, ``weight``, ``mod``; ``t0`` is when the caller started;
     ``label`` names the progress line; ``polish`` (the local executor) gives the tasks the plan
     tuned or reused one more full search up to ``full_trials`` records each
-    (:func:`tunecache.search.execute.execute_plan`). Other parameters as in :func:`warm`.
+    (:func:`tunecache.search.execute.execute_plan`); ``measurers`` is a ``(builder, runner)``
+    pair the caller keeps open across calls (the local executor without ``runner``; their worker
+    processes take seconds to start: a worker draining its queue batch by batch starts them
+    once), else each call makes and closes its own. Other parameters as in :func:`warm`.
     """
     from tunecache.pipeline import lookup, stored_records
     from tunecache.planning import make_plan
@@ -255,9 +259,10 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
             from tunecache.search.remeasure import remeasure_plan
             from tunecache.tvm_layer.measure import rpc_runner
 
+            builder, local = measurers if measurers is not None and not runner else (None, None)
             with stop_on_interrupt(), search_context(
-                    tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials,
-                    runner=rpc_runner(runner) if runner else None,
+                    tgt, st, hw, full_trials=full_trials, reuse_trials=reuse_trials, builder=builder,
+                    runner=rpc_runner(runner) if runner else local,
                     time_budget_s=None if time_budget_s is None else (1 - REMEASURE_SHARE) * time_budget_s,
                     seed=seed, holder=holder or "", progress=on_round, search=search) as ctx:
                 outcomes = execute_plan(mp, mods, ctx, on_step=on_step, polish=polish)

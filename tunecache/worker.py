@@ -194,7 +194,8 @@ def work(
     queued: set[str] = set()
     tries: dict[str, int] = {}
     batches, taken, stopped = 0, 0, "drained"
-    with ray_cluster(address if executor == "ray" else None), _stop_on_sigterm(stop):
+    with ray_cluster(address if executor == "ray" else None), _stop_on_sigterm(stop), \
+            _measurers(executor == "local" and not runner) as measurers:
         while True:
             if stop.is_set():
                 stopped = "interrupted"
@@ -232,7 +233,7 @@ def work(
             batches += 1
             try:
                 rep = _tune(tasks, tgt, hw, st, trials_per_task, reuse_trials, left_s, executor, address, runner,
-                            seed, progress, me)
+                            seed, progress, me, measurers)
             except Interrupted:
                 stopped = "interrupted"
                 break
@@ -292,13 +293,46 @@ def _rebuild(entries: list[QueueEntry], st: Any) -> tuple[list[Any], list[tuple[
 
 def _tune(tasks: list[Any], tgt: Any, hw: Any, st: Any, trials: int, reuse_trials: int, left_s: float | None,
           executor: str, address: str | None, runner: str | None, seed: int | None, progress: bool,
-          holder: str) -> Any:
+          holder: str, measurers: _Measurers) -> Any:
     """One batch, planned and tuned as ``tunecache warm`` does."""
     from tunecache.warming import warm_tasks
 
     return warm_tasks(tasks, tgt, hw, st, time.time(), full_trials=trials, reuse_trials=reuse_trials,
                       time_budget_s=left_s, executor=executor, address=address, runner=runner, seed=seed,
-                      progress=progress, holder=holder, label="worker", polish=True)
+                      progress=progress, holder=holder, label="worker", polish=True, measurers=measurers.get())
+
+
+class _Measurers:
+    """The worker's builder and local runner, started at its first batch and kept for the next
+    ones (their worker processes take 5-9 s to start here: a worker taking one task a batch spent
+    most of each batch starting them, session 22)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.pair: tuple[Any, Any] | None = None
+
+    def get(self) -> tuple[Any, Any] | None:
+        if self.enabled and self.pair is None:
+            from tunecache.tvm_layer.measure import make_builder, make_runner
+
+            self.pair = (make_builder(), make_runner())
+        return self.pair
+
+    def close(self) -> None:
+        if self.pair is not None:
+            builder, runner = self.pair
+            self.pair = None
+            builder.close()
+            runner.pool.shutdown(wait=True)
+
+
+@contextlib.contextmanager
+def _measurers(enabled: bool) -> Iterator[_Measurers]:
+    m = _Measurers(enabled)
+    try:
+        yield m
+    finally:
+        m.close()
 
 
 @contextlib.contextmanager
