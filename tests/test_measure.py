@@ -143,6 +143,42 @@ def test_the_runner_replaces_its_worker_process_every_so_many_candidates(target:
 
 
 @pytest.mark.tvm
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps (Linux)")
+def test_build_and_run_workers_never_load_torch(target: Any, tmp_path: Path) -> None:
+    """``import tvm`` imports torch when it can (3 of a worker's 5 s start); the builder's and
+    runner's worker processes, first and replacement ones alike, build and run without it."""
+    import importlib.util
+
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from tunecache.tvm_layer.measure import make_runner
+
+    assert importlib.util.find_spec("torch") is not None  # else this test shows nothing
+
+    def loads_torch(pid: int) -> bool:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+    mod = _matmul(16)
+    builder = make_builder(max_workers=1, artifact_dir=tmp_path)
+    runner = make_runner(process_uses=1)  # each candidate on a fresh worker process
+    pids: dict[int, bool] = {}  # worker process -> it loaded torch, read while it lives
+    try:
+        built = builder.build([BuilderInput(mod, target)])
+        assert built[0].error_msg is None
+        pids.update((w._proc.pid, loads_torch(w._proc.pid)) for w in builder._pool._worker_map.values())
+        for _ in range(2):
+            [future] = runner.run([RunnerInput(built[0].artifact_path, "cpu", ArgInfo.from_prim_func(mod["main"]))])
+            assert future.result().error_msg is None
+            pids.update((w._proc.pid, loads_torch(w._proc.pid)) for w in runner.pool._worker_map.values()
+                        if w._proc is not None)
+        assert len(pids) == 3 and not any(pids.values()), pids  # a builder, a runner, its replacement
+    finally:
+        builder.close()
+        runner.pool.shutdown(wait=True)
+
+
 def test_a_runner_lent_with_more_repeats_keeps_its_worker_process(target: Any, tmp_path: Path) -> None:
     """Re-measuring the bests borrows the search's runner with 10 repeats instead of starting a
     worker process of its own: the lent runner measures with the block's repeats, on the same
