@@ -304,8 +304,8 @@ def _tune(tasks: list[Any], tgt: Any, hw: Any, st: Any, trials: int, reuse_trial
 
 class _Measurers:
     """The worker's builder and local runner, started at its first batch and kept for the next
-    ones (their worker processes take 5-9 s to start here: a worker taking one task a batch spent
-    most of each batch starting them, session 22)."""
+    ones (their worker processes take seconds to start: a worker taking one task a batch spent
+    8 of each 10 s batch starting them, session 22)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled

@@ -106,7 +106,8 @@ def _torchless_classes() -> tuple[Any, Any]:
 
     Only ``PopenWorker._start`` changes (the command; POSIX: Windows keeps TVM's) and the pool's
     ``_worker_run``, which makes its workers by the module's global name, makes ours. Both are
-    TVM 0.27's code with one line changed; a TVM whose classes lack these methods gets its own.
+    TVM 0.27's code with one line changed; a TVM whose classes lack these methods keeps its own
+    classes (workers that import torch: slower to start, nothing else).
     """
     if _TORCHLESS:
         return _TORCHLESS["worker"], _TORCHLESS["pool"]
@@ -114,6 +115,11 @@ def _torchless_classes() -> tuple[Any, Any]:
     import subprocess
 
     from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
+
+    if not all(callable(getattr(cls, name, None))
+               for cls, name in ((PopenWorker, "_start"), (PopenPoolExecutor, "_worker_run"))):
+        _TORCHLESS.update(worker=PopenWorker, pool=PopenPoolExecutor)
+        return PopenWorker, PopenPoolExecutor
 
     class TorchlessWorker(PopenWorker):
         def _start(self) -> None:
