@@ -195,7 +195,7 @@ def work(
     tries: dict[str, int] = {}
     batches, taken, stopped = 0, 0, "drained"
     with ray_cluster(address if executor == "ray" else None), _stop_on_sigterm(stop), \
-            _measurers(executor == "local" and not runner) as measurers:
+            _Measurers(executor == "local" and not runner) as measurers:
         while True:
             if stop.is_set():
                 stopped = "interrupted"
@@ -318,21 +318,15 @@ class _Measurers:
             self.pair = (make_builder(), make_runner())
         return self.pair
 
-    def close(self) -> None:
+    def __enter__(self) -> _Measurers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         if self.pair is not None:
             builder, runner = self.pair
             self.pair = None
             builder.close()
             runner.pool.shutdown(wait=True)
-
-
-@contextlib.contextmanager
-def _measurers(enabled: bool) -> Iterator[_Measurers]:
-    m = _Measurers(enabled)
-    try:
-        yield m
-    finally:
-        m.close()
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ Nothing here imports TVM at module import time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import sys
@@ -98,9 +99,9 @@ _TORCHLESS_MAIN = (
     "runpy.run_module('tvm.exec.popen_worker', run_name='__main__', alter_sys=True)"
 )
 _POPEN_SWAP_LOCK = threading.Lock()
-_TORCHLESS: dict[str, Any] = {}
 
 
+@functools.lru_cache(maxsize=1)
 def _torchless_classes() -> tuple[Any, Any]:
     """``(PopenWorker, PopenPoolExecutor)`` subclasses whose worker processes skip torch.
 
@@ -109,8 +110,6 @@ def _torchless_classes() -> tuple[Any, Any]:
     TVM 0.27's code with one line changed; a TVM whose classes lack these methods keeps its own
     classes (workers that import torch: slower to start, nothing else).
     """
-    if _TORCHLESS:
-        return _TORCHLESS["worker"], _TORCHLESS["pool"]
     load_tvm()
     import subprocess
 
@@ -118,7 +117,6 @@ def _torchless_classes() -> tuple[Any, Any]:
 
     if not all(callable(getattr(cls, name, None))
                for cls, name in ((PopenWorker, "_start"), (PopenPoolExecutor, "_worker_run"))):
-        _TORCHLESS.update(worker=PopenWorker, pool=PopenPoolExecutor)
         return PopenWorker, PopenPoolExecutor
 
     class TorchlessWorker(PopenWorker):
@@ -150,7 +148,6 @@ def _torchless_classes() -> tuple[Any, Any]:
             proc.send(fn, args, kwargs, self._timeout)
             return proc.recv()
 
-    _TORCHLESS.update(worker=TorchlessWorker, pool=TorchlessPool)
     return TorchlessWorker, TorchlessPool
 
 
