@@ -310,6 +310,26 @@ def test_lucky_record_is_corrected_by_remeasure(tuned: dict[str, Any], target: A
     assert len(one.samples) == 4 and one.median_s > 0 and one.cv >= 0
 
 
+@pytest.mark.tvm
+def test_programs_of_two_workloads_are_measured_side_by_side(tuned: dict[str, Any], target: Any,
+                                                             runner: Any) -> None:
+    """Each program is measured on its own module in shared rounds; a trace that does not replay
+    on the module it is given comes back as the reason, and nothing is stored."""
+    from tunecache.search.remeasure import Remeasurement, measure_side_by_side
+
+    store, hw, keys, mods = tuned["store"], tuned["hw"], tuned["keys"], tuned["mods"]
+    mm = store.best_k(keys["matmul"], hw, 1)[0]
+    name = next(n for n in mods if n != "matmul")
+    ew = store.best_k(keys[name], hw, 1)[0]
+    before = {r.uid: r.latency_s for r in store.records(hardware=hw)}
+    got = measure_side_by_side([(mods["matmul"], mm.trace), (mods[name], mm.trace), (mods[name], ew.trace)], target,
+                               runner=runner, repeats=4, rounds=2)
+    assert isinstance(got[0], Remeasurement) and len(got[0].samples) == 4 and got[0].median_s > 0
+    assert isinstance(got[1], str) and "does not replay" in got[1]
+    assert isinstance(got[2], Remeasurement) and len(got[2].samples) == 4
+    assert {r.uid: r.latency_s for r in store.records(hardware=hw)} == before
+
+
 def _fake_runner_class() -> Any:
     """A runner whose latencies are fixed per task: 16x16 matmul always 2 ms (converged at
     once); 64x64 matmul 1 ms, 3% better at every candidate (never converges)."""

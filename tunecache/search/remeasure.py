@@ -13,6 +13,8 @@ a record's program again and times it with more repeats, in the runner's own wor
   :meth:`Store.set_latency` (its raw ``run_secs`` stay as they were measured). It repeats until
   the top ``k`` are all re-measured, so a lucky record that falls back lets the next one be
   checked too; the records of a pass are measured in interleaved rounds.
+- :func:`measure_side_by_side`: programs of different workloads in the same interleaved rounds,
+  nothing stored: what an escalation compares a reused program with its source by.
 - :func:`remeasure_bests`: every task a search just tuned or reused, heaviest first, with the
   search's own runner: what ``compile`` and ``warm`` (each Ray worker too) do after searching,
   so that a store's ranking, which replays and narrowed searches pick their source program
@@ -38,7 +40,8 @@ from tunecache.store.records import decode_trace
 from tunecache.tvm_layer import load_tvm
 from tunecache.tvm_layer.measure import evaluating, make_builder, make_runner, measure_mods
 
-__all__ = ["RemeasuredRecord", "Remeasurement", "remeasure", "remeasure_best", "remeasure_bests", "remeasure_plan"]
+__all__ = ["RemeasuredRecord", "Remeasurement", "measure_side_by_side", "remeasure", "remeasure_best",
+           "remeasure_bests", "remeasure_plan"]
 
 #: Default evaluator settings of a re-measurement: 10 samples, each the mean of 3 runs.
 DEFAULT_REPEATS = 10
@@ -195,6 +198,60 @@ def remeasure(
     if not result.ok:
         raise TuningError(f"re-measurement failed: {result.error}")
     return Remeasurement.from_samples(result.run_secs)
+
+
+def measure_side_by_side(
+    programs: Sequence[tuple[Any, Any]],
+    target: Any,
+    *,
+    runner: Any = None,
+    builder: Any = None,
+    repeats: int = DEFAULT_REPEATS,
+    number: int = DEFAULT_NUMBER,
+    rounds: int = DEFAULT_ROUNDS,
+) -> list[Remeasurement | str]:
+    """Time programs of different workloads in the same interleaved rounds; store nothing.
+
+    Two figures measured minutes, or machines, apart differ by this machine's load as much as
+    by their programs (a store's latency may come from a colleague's machine of the same
+    hardware key): measured side by side, in rounds, a burst of load slows both alike.
+
+    Parameters
+    ----------
+    programs
+        ``(mod, trace_json)`` pairs: an unscheduled task module and a record's trace for it.
+    target
+        The ``tvm.target.Target`` to build for.
+    runner, builder
+        A runner to lend with ``ceil(repeats / rounds)`` repeats a round
+        (:func:`~tunecache.tvm_layer.measure.evaluating`; ``None``: a new one, closed after)
+        and a builder (``None``: an in-process one).
+    repeats, number, rounds
+        Samples per program in all, runs averaged per sample, and interleaved rounds.
+
+    Returns
+    -------
+    list of Remeasurement or str
+        Per program, in order: its measurement, or why it has none (the trace does not replay
+        on the module, or the program failed to build or run).
+    """
+    _check(repeats, number, rounds)
+    out: list[Remeasurement | str] = []
+    built: list[int] = []  # indexes of the programs that replayed, in the order measured
+    mods: list[Any] = []
+    for mod, trace_json in programs:
+        try:
+            mods.append(_scheduled(mod, trace_json))
+            built.append(len(out))
+            out.append("not measured")
+        except InvalidRecordError as err:
+            out.append(str(err) or "the trace does not replay on this module")
+    if mods:
+        with evaluating(runner, repeat=per_round(repeats, rounds), number=number) as run:
+            results = _measure(mods, target, repeats, number, run, builder, rounds)
+        for i, res in zip(built, results, strict=True):
+            out[i] = Remeasurement.from_samples(res.run_secs) if res.ok else f"it failed to build or run: {res.error}"
+    return out
 
 
 def remeasure_best(
