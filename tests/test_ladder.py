@@ -145,6 +145,25 @@ def test_a_task_worth_little_of_the_model_is_not_escalated(tuned_source, monkeyp
     assert 0 < t.trials < TRIALS
 
 
+def test_a_task_worth_little_of_the_model_gets_round_0_only(tuned_source, monkeypatch) -> None:
+    """Below ``REPLAYS_ONLY_BELOW`` of the plan's work a reused task measures one program of each
+    source and its predicted program, and no neighbourhood rounds (the bar is raised above this
+    one-task model's whole share)."""
+    db, _first, src = tuned_source
+    from tunecache.search import execute
+
+    monkeypatch.setattr(execute, "REPLAYS_ONLY_BELOW", 1.01)
+    cm = tunecache.compile(relax_matmul_relu(128, 128, 64), store=db, trials_per_task=TRIALS, reuse_trials=12, seed=2,
+                           progress=False, escalate_below=0.0)
+    (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
+    assert t.outcome == "reused" and t.source == src.workload, t.note
+    assert "round 0 only: 100.0% of the model's work" in t.note, t.note
+    assert 0 < t.trials <= 4  # the source's 3 best programs and the predicted one
+    shash = t.workload.split(":", 1)[1]
+    reused = [r for r in Store(db).records(family="matmul") if r.workload.shash == shash]
+    assert len(reused) == t.trials and {r.provenance.kind for r in reused} == {"reused"}
+
+
 def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, monkeypatch) -> None:
     """Every task claimed in a pass keeps its claim, renewed, while the searches before it run:
     they take longer than a lease, and an expired claim lets another warmer search it too."""

@@ -96,7 +96,8 @@ class NodeSpec:
         Operator family (what the shared cost model pre-trains on); ``""`` when unknown.
     share
         The task's share of its plan (:func:`_work_shares`; 1 for a bridge): a reused task
-        below :data:`ESCALATE_MIN_SHARE` is not escalated.
+        below :data:`ESCALATE_MIN_SHARE` is not escalated, one below
+        :data:`REPLAYS_ONLY_BELOW` gets round 0 of a narrowed search only.
     """
 
     node: str
@@ -313,7 +314,9 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     program (measured in round 0 too: a far source can be worse than no source).
 
     Falls back to a full search when the source has no valid program, and escalates to one
-    when the reused program's throughput is below ``ctx.escalate_below`` times the source's.
+    when the reused program's throughput is below ``ctx.escalate_below`` times the source's,
+    measured side by side. A task below :data:`REPLAYS_ONLY_BELOW` of the plan's work gets
+    round 0 only (its sources' programs and its predicted one, measured once each).
     The source must be committed (its records in the store) before this is called.
     ``max_total`` caps the trials of the narrowed search and its escalation together (the
     escalation is skipped when nothing is left); the task never gets more than
@@ -341,6 +344,9 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     # a far source (a classifier's 1-row matmul reused by BERT's 128-row dense ran 5x slower
     # than the prediction, session 11) cannot sink the task.
     own = predicted_trace(spec.mod, ctx.target)
+    minor = spec.share < REPLAYS_ONLY_BELOW
+    if minor:  # round 0 alone: one program of each source and the prediction
+        cap = min(cap, len(sources) + (own is not None))
     try:
         res = narrowed_search([sources[0], *([own] if own is not None else []), *sources[1:]], spec.mod,
                               ctx.target, builder=ctx.builder, runner=ctx.runner, max_trials=cap,
@@ -357,6 +363,8 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     if stop_requested():
         raise Interrupted(res.trials)
     far = _far(source, spec)
+    if minor:
+        far += f"; round 0 only: {spec.share:.1%} of the model's work"
     best = store.best_k(spec.key, hardware, 1)
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
@@ -367,8 +375,8 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     side = (_side_by_side(spec, source, sources[0].trace, best[0].trace, ctx)
             if best and slower and spec.share >= ESCALATE_MIN_SHARE and not spill else None)
     if best and slower and spec.share < ESCALATE_MIN_SHARE:
-        far += (f"; throughput {tput / src_tput:.2f}x its source's, not escalated: {spec.share:.1%} of the "
-                "model's work")
+        far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated" + (
+            "" if minor else f": {spec.share:.1%} of the model's work")
     elif spill:  # the source's throughput is no bar for a task whose data comes from farther out
         far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated: {spill}"
     elif side is not None and side[0] >= ctx.escalate_below:
@@ -576,6 +584,14 @@ def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
 #: (0.68x its 128-token source's) took 102 s of a 125 s compile at B = 128, for a kernel worth
 #: under 1% of the model; its layer norm at 256 tokens, 17 s of 39 s.
 ESCALATE_MIN_SHARE = 0.02
+
+#: A reused task whose share of the plan's work is below this gets round 0 of a narrowed search
+#: only (its sources' programs replayed and its predicted program, each measured once): BERT's
+#: softmax, layer norm and attention matmul at 64 tokens (0.0-1.4% of the work each) took 14 of a
+#: 25 s compile's narrowed searches, 35 of its 79 trials (the softmax's candidates take 2-3 s
+#: each to generate code for), where the rounds after round 0 gained 0-27% on kernels worth 1-2%
+#: of the model's time each (session 23).
+REPLAYS_ONLY_BELOW = 0.02
 
 #: :func:`top_up` leaves out a task whose share of the searched tasks' time (calls x best
 #: latency) is below this: BERT's fused fast-softmax (0.7% of a 2-layer BERT's) took 168 of a
