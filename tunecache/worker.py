@@ -323,10 +323,12 @@ class _Measurers:
 
     def __exit__(self, *exc: object) -> None:
         if self.pair is not None:
+            from tunecache.tvm_layer.measure import close_runner
+
             builder, runner = self.pair
             self.pair = None
             builder.close()
-            runner.pool.shutdown(wait=True)
+            close_runner(runner)
 
 
 @contextlib.contextmanager

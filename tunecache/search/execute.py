@@ -129,7 +129,7 @@ def search_context(target: Any, store: Any, hardware: HardwareKey, *, full_trial
     ``time_budget_s`` becomes the context's deadline, counted from now. Other keyword arguments
     are :class:`~tunecache.values.SearchContext` fields (``seed``, ``progress``, ``fresh``, ...).
     """
-    from tunecache.tvm_layer.measure import make_builder, make_runner
+    from tunecache.tvm_layer.measure import close_runner, make_builder, make_runner
 
     own_dir = work_dir is None
     wd = Path(tempfile.mkdtemp(prefix="tunecache-search-")) if work_dir is None else Path(work_dir)
@@ -149,7 +149,7 @@ def search_context(target: Any, store: Any, hardware: HardwareKey, *, full_trial
         if own_builder:
             builder.close()
         if own_runner:
-            runner.pool.shutdown(wait=True)  # LocalRunner keeps one worker process
+            close_runner(runner)
         if own_dir and not keep_dir:
             shutil.rmtree(wd, ignore_errors=True)
 

@@ -38,7 +38,7 @@ from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import decode_trace
 from tunecache.tvm_layer import load_tvm
-from tunecache.tvm_layer.measure import evaluating, make_builder, make_runner, measure_mods
+from tunecache.tvm_layer.measure import close_runner, evaluating, make_builder, make_runner, measure_mods
 
 __all__ = ["RemeasuredRecord", "Remeasurement", "measure_side_by_side", "remeasure", "remeasure_best",
            "remeasure_bests", "remeasure_plan"]
@@ -143,7 +143,7 @@ def _measure(mods: list[Any], target: Any, repeats: int, number: int, runner: An
         return measure_mods(mods, target, builder=build, runner=run, rounds=rounds)
     finally:
         if own_runner:
-            run.pool.shutdown(wait=True)
+            close_runner(run)
         if own_builder:
             build.close()
 
@@ -355,7 +355,7 @@ def remeasure_best(
                 done[rec.uid] = RemeasuredRecord(rec.uid, rec.latency_s, rm)
     finally:
         if own_runner:
-            run.pool.shutdown(wait=True)
+            close_runner(run)
         if own_builder:
             build.close()
     return list(done.values())

@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_RUN_TIMEOUT_S",
     "RUNNER_PROCESS_USES",
     "Measurement",
+    "close_runner",
     "default_build_workers",
     "evaluating",
     "make_builder",
@@ -478,7 +479,15 @@ def evaluating(runner: Any, *, repeat: int, number: int = 3) -> Iterator[Any]:
     try:
         yield own
     finally:
-        own.pool.shutdown(wait=True)
+        close_runner(own)
+
+
+def close_runner(runner: Any) -> None:
+    """Stop ``runner``'s worker process: a :func:`make_runner` ``LocalRunner`` keeps one alive
+    until its pool is shut down. A runner without a pool (RPC, a test's Python runner) has none."""
+    pool = getattr(runner, "pool", None)
+    if pool is not None:
+        pool.shutdown(wait=True)
 
 
 def _recycle_after(runner: Any, uses: int) -> None:

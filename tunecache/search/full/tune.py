@@ -73,7 +73,7 @@ from tunecache.search.full.sizing import SearchSizing, compact_search, fit_to_ti
 from tunecache.search.full.task import SCHEDULERS, FullSearchTask, validate
 from tunecache.search.full.trivial import fixed_programs, measure_fixed
 from tunecache.tvm_layer import load_tvm
-from tunecache.tvm_layer.measure import make_builder, make_runner
+from tunecache.tvm_layer.measure import close_runner, make_builder, make_runner
 from tunecache.tvm_layer.mslog import ms_loggers
 
 __all__ = ["SCHEDULERS", "FullSearchTask", "tune_tasks"]
@@ -290,7 +290,7 @@ def tune_tasks(
             if own_builder:
                 inner_builder.close()
             if own_runner:
-                inner_runner.pool.shutdown(wait=True)  # LocalRunner keeps one worker process
+                close_runner(inner_runner)
         _settle_stop_reasons(tallies, budget)
         return _results(names, tallies, fixed)
 
