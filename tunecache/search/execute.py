@@ -97,7 +97,7 @@ class NodeSpec:
     share
         The task's share of its plan (:func:`_work_shares`; 1 for a bridge): a reused task
         below :data:`ESCALATE_MIN_SHARE` is not escalated, one below
-        :data:`REPLAYS_ONLY_BELOW` gets round 0 of a narrowed search only.
+        :data:`REPLAYS_ONLY_BELOW` gets its replay and its predicted program only.
     """
 
     node: str
@@ -316,7 +316,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     Falls back to a full search when the source has no valid program, and escalates to one
     when the reused program's throughput is below ``ctx.escalate_below`` times the source's,
     measured side by side. A task below :data:`REPLAYS_ONLY_BELOW` of the plan's work gets
-    round 0 only (its sources' programs and its predicted one, measured once each).
+    round 0 only, of two programs: its source's best replayed and its predicted one.
     The source must be committed (its records in the store) before this is called.
     ``max_total`` caps the trials of the narrowed search and its escalation together (the
     escalation is skipped when nothing is left); the task never gets more than
@@ -345,10 +345,12 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     # than the prediction, session 11) cannot sink the task.
     own = predicted_trace(spec.mod, ctx.target)
     minor = spec.share < REPLAYS_ONLY_BELOW
-    if minor:  # round 0 alone: one program of each source and the prediction
-        cap = min(cap, len(sources) + (own is not None))
+    programs = [sources[0], *([own] if own is not None else []), *sources[1:]]
+    if minor:  # the source's best program and the prediction, measured once each
+        programs = programs[:2]
+        cap = min(cap, len(programs))
     try:
-        res = narrowed_search([sources[0], *([own] if own is not None else []), *sources[1:]], spec.mod,
+        res = narrowed_search(programs, spec.mod,
                               ctx.target, builder=ctx.builder, runner=ctx.runner, max_trials=cap,
                               seed=ctx.seed or 0, database=db, task_name=spec.name, progress=ctx.progress)
     except RuntimeError as err:
@@ -364,7 +366,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
         raise Interrupted(res.trials)
     far = _far(source, spec)
     if minor:
-        far += f"; round 0 only: {spec.share:.1%} of the model's work"
+        far += f"; its replay and prediction only: {spec.share:.1%} of the model's work"
     best = store.best_k(spec.key, hardware, 1)
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
@@ -404,6 +406,15 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
                        latency_s=best[0].latency_s)
 
 
+#: Rounds of the side-by-side measurement that decides an escalation (one sample of each program
+#: a round, 3 runs averaged: ~1 s for BERT's dense layers). Its ratio is of the two programs'
+#: fastest samples: measured 8 times on BERT's 64- and 128-row dense programs under a bursty
+#: load of two busy processes, its standard deviation was 0.10 against 0.21 for the ratio of the
+#: medians and 0.14 for the median of each round's ratio, and its mean 0.60 against 0.56-0.62
+#: quiet (session 23, AMD EPYC Zen 3).
+SIDE_ROUNDS = 10
+
+
 def _side_by_side(spec: NodeSpec, source: NodeSpec, source_trace: Any, trace: Any,
                   ctx: SearchContext) -> tuple[float, str] | None:
     """``spec``'s throughput over ``source``'s with both programs (``trace`` on ``spec``'s module,
@@ -421,14 +432,17 @@ def _side_by_side(spec: NodeSpec, source: NodeSpec, source_trace: Any, trace: An
     if spec.mod is None or src_mod is None or spec.work <= 0 or source.work <= 0:
         return None
     mine, theirs = measure_side_by_side([(spec.mod, trace), (src_mod, source_trace)], ctx.target,
-                                        runner=ctx.runner, builder=ctx.builder)
+                                        runner=ctx.runner, builder=ctx.builder, repeats=SIDE_ROUNDS,
+                                        rounds=SIDE_ROUNDS)
     if not isinstance(mine, Remeasurement) or not isinstance(theirs, Remeasurement):
         log.info("tunecache: %s and its source not measured side by side (%s)", spec.name,
                  mine if isinstance(mine, str) else theirs)
         return None
-    ratio = (spec.work / mine.median_s) / (source.work / theirs.median_s)
-    return ratio, (f"{ratio:.2f}x its source's measured side by side ({mine.median_s * 1e3:.3g} ms, its source "
-                   f"{theirs.median_s * 1e3:.3g} ms)")
+    # Each program's fastest sample (3 runs averaged): load from elsewhere only ever slows a run.
+    fastest, theirs_fastest = min(mine.samples), min(theirs.samples)
+    ratio = (spec.work / fastest) / (source.work / theirs_fastest)
+    return ratio, (f"{ratio:.2f}x its source's measured side by side ({fastest * 1e3:.3g} ms, its source "
+                   f"{theirs_fastest * 1e3:.3g} ms)")
 
 
 def _cache_level(nbytes: int, caches: dict[int, int]) -> int:
@@ -586,7 +600,8 @@ def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
 ESCALATE_MIN_SHARE = 0.02
 
 #: A reused task whose share of the plan's work is below this gets round 0 of a narrowed search
-#: only (its sources' programs replayed and its predicted program, each measured once): BERT's
+#: only, with two programs (its source's best replayed and its predicted program, each measured
+#: once; the faster is kept). BERT's
 #: softmax, layer norm and attention matmul at 64 tokens (0.0-1.4% of the work each) took 14 of a
 #: 25 s compile's narrowed searches, 35 of its 79 trials (the softmax's candidates take 2-3 s
 #: each to generate code for), where the rounds after round 0 gained 0-27% on kernels worth 1-2%
