@@ -172,9 +172,17 @@ def test_a_program_that_recomputes_more_on_the_new_shape_is_passed_over(tmp_path
         ms.database.TuningRecord(sch.trace, ms.database.Workload(task.mod), [1e-9], target,
                                  ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)),
         task.key, hardware_key(target), Provenance(kind="tuned"))
+    # Second best: the default schedule (each row's sum once). The 3 tuned programs are ranked
+    # by their measurement, and all of the 2 that make the top 3 may recompute too (CI, once).
+    plain = Schedule(task.mod)
+    once = record_from_tvm(
+        ms.database.TuningRecord(plain.trace, ms.database.Workload(task.mod), [2e-9], target,
+                                 ms.arg_info.ArgInfo.from_entry_func(plain.mod, remove_preproc=True)),
+        task.key, hardware_key(target), Provenance(kind="tuned"))
     store = open_store(db)
     store.commit_record(recomputing)
-    assert store.best_k(task.key, hardware_key(target), 1)[0].uid == recomputing.uid  # the source's best
+    store.commit_record(once)
+    assert [r.uid for r in store.best_k(task.key, hardware_key(target), 2)] == [recomputing.uid, once.uid]
 
     cm = tunecache.compile(relax_softmax(8, 64), store=db, tune="never", progress=False)
     (replayed,) = cm.report.tasks
