@@ -422,8 +422,8 @@ def _side_by_side(spec: NodeSpec, source: NodeSpec, source_trace: Any, trace: An
     reads in a report; ``None`` where either cannot be measured (the stored figures then decide).
 
     A store's latency was measured when its program was tuned, perhaps on a colleague's machine:
-    BERT's 768 x 768 dense at 64 tokens, reused from 128 tokens, came out at 0.64x, 0.69x and
-    0.78x of its stored source's throughput in three compiles (0.7 is the bar), so the load of
+    BERT's 768 x 768 dense at 64 tokens, reused from 128 tokens, came out at 0.64x, 0.66x and
+    0.84x of its stored source's throughput in three compiles (0.7 is the bar), so the load of
     the minute decided a 128-trial escalation (session 22)."""
     from tunecache.search.remeasure import Remeasurement, measure_side_by_side
     from tunecache.tvm_layer.convert import stored_module
@@ -601,11 +601,13 @@ ESCALATE_MIN_SHARE = 0.02
 
 #: A reused task whose share of the plan's work is below this gets round 0 of a narrowed search
 #: only, with two programs (its source's best replayed and its predicted program, each measured
-#: once; the faster is kept). BERT's
-#: softmax, layer norm and attention matmul at 64 tokens (0.0-1.4% of the work each) took 14 of a
-#: 25 s compile's narrowed searches, 35 of its 79 trials (the softmax's candidates take 2-3 s
-#: each to generate code for), where the rounds after round 0 gained 0-27% on kernels worth 1-2%
-#: of the model's time each (session 23).
+#: once; the faster is kept). BERT's softmax, layer norm and attention matmul at 64 tokens
+#: (0.0-1.4% of the work each) took 14 of a 25 s compile's narrowed searches, 35 of its 79 trials
+#: (the softmax's candidates take 2-3 s each to generate code for), where the rounds after round
+#: 0 gained 0-55% (single runs) on kernels worth ~0.5-4% of the model's time; cut, they cost 0.5%
+#: of its calls x kernel latency (session 23). Work share undercounts memory-bound kernels' time:
+#: a share of estimated time (calls x the source's latency x the work ratio) would be the better
+#: measure.
 REPLAYS_ONLY_BELOW = 0.02
 
 #: :func:`top_up` leaves out a task whose share of the searched tasks' time (calls x best

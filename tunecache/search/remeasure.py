@@ -214,7 +214,8 @@ def measure_side_by_side(
 
     Two figures measured minutes, or machines, apart differ by this machine's load as much as
     by their programs (a store's latency may come from a colleague's machine of the same
-    hardware key): measured side by side, in rounds, a burst of load slows both alike.
+    hardware key): measured side by side, in interleaved rounds, both are sampled through the
+    same minutes.
 
     Parameters
     ----------
