@@ -224,7 +224,8 @@ def compile(  # noqa: A001 - the product's verb
         Show a progress line on stderr while tuning.
     escalate_below
         A task reused from a similar program is re-tuned by full search when its throughput is
-        below this fraction of its source's (default 0.7; 0 never escalates).
+        below this fraction of its source's, the two programs measured side by side (default
+        0.7; 0 never escalates).
     library_cache
         Where built libraries are cached (:mod:`tunecache.libcache`): ``None`` for the default
         (``$TUNECACHE_LIB_CACHE`` or ``~/.cache/tunecache/libs``), a directory, or ``False`` to
