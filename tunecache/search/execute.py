@@ -426,9 +426,8 @@ def _side_by_side(spec: NodeSpec, source: NodeSpec, source_trace: Any, trace: An
     0.84x of its stored source's throughput in three compiles (0.7 is the bar), so the load of
     the minute decided a 128-trial escalation (session 22)."""
     from tunecache.search.remeasure import Remeasurement, measure_side_by_side
-    from tunecache.tvm_layer.convert import stored_module
 
-    src_mod = source.mod if source.mod is not None else stored_module(ctx.store, source.key)
+    src_mod = _node_module(source, ctx)
     if spec.mod is None or src_mod is None or spec.work <= 0 or source.work <= 0:
         return None
     mine, theirs = measure_side_by_side([(spec.mod, trace), (src_mod, source_trace)], ctx.target,
@@ -451,12 +450,18 @@ def _cache_level(nbytes: int, caches: dict[int, int]) -> int:
     return next((level for level in levels if nbytes <= caches[level]), (levels[-1] + 1) if levels else 4)
 
 
-def _argument_bytes(spec: NodeSpec, ctx: SearchContext) -> int:
-    """Bytes of ``spec``'s arguments (0: unknown); a stored source's module is read from the store."""
+def _node_module(spec: NodeSpec, ctx: SearchContext) -> Any | None:
+    """``spec``'s TIR module: the plan's, or for a stored source the store's (``None``: it holds none)."""
     from tunecache.tvm_layer.convert import stored_module
+
+    return spec.mod if spec.mod is not None else stored_module(ctx.store, spec.key)
+
+
+def _argument_bytes(spec: NodeSpec, ctx: SearchContext) -> int:
+    """Bytes of ``spec``'s arguments (0: unknown)."""
     from tunecache.tvm_layer.tir import argument_bytes
 
-    mod = spec.mod if spec.mod is not None else stored_module(ctx.store, spec.key)  # None: size unknown
+    mod = _node_module(spec, ctx)
     return argument_bytes(mod) if mod is not None else 0
 
 

@@ -237,21 +237,30 @@ def measure_side_by_side(
         on the module, or the program failed to build or run).
     """
     _check(repeats, number, rounds)
+    if runner is None:  # _measure starts one only if a program replays
+        return _measure_traces(programs, target, repeats, number, None, builder, rounds)
+    with evaluating(runner, repeat=per_round(repeats, rounds), number=number) as run:
+        return _measure_traces(programs, target, repeats, number, run, builder, rounds)
+
+
+def _measure_traces(programs: Sequence[tuple[Any, Any]], target: Any, repeats: int, number: int, runner: Any,
+                    builder: Any, rounds: int) -> list[Remeasurement | str]:
+    """Replay each ``(mod, trace_json)`` and measure the ones that replay together
+    (:func:`_measure`); per program its :class:`Remeasurement`, or why it has none."""
     out: list[Remeasurement | str] = []
-    built: list[int] = []  # indexes of the programs that replayed, in the order measured
+    replayed: list[int] = []  # indexes of the programs that replayed, in the order measured
     mods: list[Any] = []
     for mod, trace_json in programs:
         try:
             mods.append(_scheduled(mod, trace_json))
-            built.append(len(out))
+            replayed.append(len(out))
             out.append("not measured")
         except InvalidRecordError as err:
-            out.append(str(err) or "the trace does not replay on this module")
+            out.append(str(err))
     if mods:
-        with evaluating(runner, repeat=per_round(repeats, rounds), number=number) as run:
-            results = _measure(mods, target, repeats, number, run, builder, rounds)
-        for i, res in zip(built, results, strict=True):
-            out[i] = Remeasurement.from_samples(res.run_secs) if res.ok else f"it failed to build or run: {res.error}"
+        for i, res in zip(replayed, _measure(mods, target, repeats, number, runner, builder, rounds), strict=True):
+            out[i] = (Remeasurement.from_samples(res.run_secs) if res.ok
+                      else res.error or "the runner returned no run time")
     return out
 
 
@@ -338,20 +347,11 @@ def remeasure_best(
             todo = [r for r in top if r.uid not in done and (force or r.cv is None)]
             if not todo:
                 break
-            mods: list[Any] = []
-            ready = []
-            for rec in todo:
-                try:
-                    mods.append(_scheduled(mod, rec.trace))
-                    ready.append(rec)
-                except InvalidRecordError as err:
-                    done[rec.uid] = RemeasuredRecord(rec.uid, rec.latency_s, None, str(err))
-            results = _measure(mods, target, repeats, number, run, build, rounds) if mods else []
-            for rec, res in zip(ready, results, strict=True):
-                if not res.ok:
-                    done[rec.uid] = RemeasuredRecord(rec.uid, rec.latency_s, None, res.error)
+            got = _measure_traces([(mod, rec.trace) for rec in todo], target, repeats, number, run, build, rounds)
+            for rec, rm in zip(todo, got, strict=True):
+                if isinstance(rm, str):
+                    done[rec.uid] = RemeasuredRecord(rec.uid, rec.latency_s, None, rm)
                     continue
-                rm = Remeasurement.from_samples(res.run_secs)
                 store.set_latency(rec.uid, rm.median_s, rm.cv)
                 done[rec.uid] = RemeasuredRecord(rec.uid, rec.latency_s, rm)
     finally:
