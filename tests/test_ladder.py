@@ -11,6 +11,7 @@ from _models import relax_matmul_relu
 from _stores import copy_sqlite
 
 import tunecache
+from tunecache.search.narrow.align import Skeleton
 from tunecache.store import Store
 
 pytestmark = pytest.mark.tvm
@@ -157,11 +158,16 @@ def test_a_task_worth_little_of_the_model_gets_round_0_only(tuned_source, monkey
                            progress=False, escalate_below=0.0)
     (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
     assert t.outcome == "reused" and t.source == src.workload, t.note
-    assert "its replay and prediction only: 100.0% of the model's work" in t.note, t.note
+    assert f"its replay (unrolled at most {execute.MINOR_MAX_UNROLL} steps) and prediction only: " \
+        "100.0% of the model's work" in t.note, t.note
     assert 0 < t.trials <= 2
     shash = t.workload.split(":", 1)[1]
     reused = [r for r in Store(db).records(family="matmul") if r.workload.shash == shash]
     assert len(reused) == t.trials and {r.provenance.kind for r in reused} == {"reused"}
+    # Neither program unrolls deeper than the cap (whatever its source chose).
+    depths = [ch[sk.decisions[i]] for r in reused for sk in [Skeleton(0, r.trace)]
+              for i, ch in sk.unroll_sites.items() if i in sk.decisions]
+    assert depths and max(depths) <= execute.MINOR_MAX_UNROLL
 
 
 def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, monkeypatch) -> None:

@@ -277,6 +277,36 @@ def test_the_predicted_program_is_measured_as_one_more_source(sources: list[Any]
         assert res.trials <= 2 and res.source_valid[0] >= 1 and res.source_valid[1] >= 1
 
 
+def test_max_unroll_lowers_a_sources_deeper_unroll(sources: list[Any], target: Any, builder: Any,
+                                                   runner: Any) -> None:
+    """``max_unroll`` lowers each candidate's unroll choice above it to the deepest one within it
+    (a 512-step unroll of BERT's softmax took 5 s to build); without it the source's stays."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tunecache.search.narrow.align import Skeleton, cap_unroll
+
+    insts, decisions = sources[0]
+    sk = Skeleton(0, sources[0])
+    assert sk.unroll_sites, "MetaSchedule's CPU sketch samples an unroll depth"
+    deepest = {i: max(range(len(ch)), key=lambda c: ch[c]) for i, ch in sk.unroll_sites.items()}
+    deep = [insts, [[i, deepest.get(i, v)] for i, v in decisions]]
+
+    def steps(trace: Any) -> list[int]:
+        got = Skeleton(0, trace)
+        return [ch[got.decisions[i]] for i, ch in got.unroll_sites.items() if i in got.decisions]
+
+    assert set(steps(deep)) == {512}
+    sk_deep = Skeleton(0, deep)
+    assert set(steps(sk_deep.trace_json(cap_unroll(sk_deep, sk_deep.decisions, 64)))) == {64}
+    for cap, want in ((16, {16}), (None, {512})):
+        db = ms.database.MemoryDatabase()
+        res = narrowed_search([deep], _matmul(*ALPHA), target, builder=builder, runner=runner, max_trials=1,
+                              database=db, remeasure_rounds=0, max_unroll=cap)
+        assert res.trials == 1 and res.best_trace is not None
+        (rec,) = db.get_all_tuning_records()
+        assert set(steps(decode_trace(rec.trace.as_json()))) == want
+
+
 def test_result_replays_on_alpha_and_is_correct(narrowed: dict[str, Any], target: Any) -> None:
     tvm = load_tvm("llvm")
     from tvm.s_tir.schedule import Schedule, Trace

@@ -352,7 +352,8 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     try:
         res = narrowed_search(programs, spec.mod,
                               ctx.target, builder=ctx.builder, runner=ctx.runner, max_trials=cap,
-                              seed=ctx.seed or 0, database=db, task_name=spec.name, progress=ctx.progress)
+                              seed=ctx.seed or 0, database=db, task_name=spec.name, progress=ctx.progress,
+                              max_unroll=MINOR_MAX_UNROLL if minor else None)
     except RuntimeError as err:
         reraise_store_error(db, err)
         raise
@@ -366,7 +367,8 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
         raise Interrupted(res.trials)
     far = _far(source, spec)
     if minor:
-        far += f"; its replay and prediction only: {spec.share:.1%} of the model's work"
+        far += (f"; its replay (unrolled at most {MINOR_MAX_UNROLL} steps) and prediction only: "
+                f"{spec.share:.1%} of the model's work")
     best = store.best_k(spec.key, hardware, 1)
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
@@ -614,6 +616,14 @@ ESCALATE_MIN_SHARE = 0.02
 #: a share of estimated time (calls x the source's latency x the work ratio) would be the better
 #: measure.
 REPLAYS_ONLY_BELOW = 0.02
+
+#: Such a task's replayed source is unrolled at most this many steps (``narrowed_search``'s
+#: ``max_unroll``): BERT's softmax program from its 128-token search unrolls 512 steps around an
+#: inlined ``fast_exp`` and took 5-7 s to build at 64 tokens (2.1 s at 256), 0.5 s (0.3 s)
+#: unrolled 16 steps; measured side by side, 10 rounds, fastest samples, the unroll depth
+#: (0, 16, 64 or 512) moved none of BERT's minor kernels beyond noise (softmax, layer norm,
+#: 64-token attention matmul; session 24).
+MINOR_MAX_UNROLL = 16
 
 #: :func:`top_up` leaves out a task whose share of the searched tasks' time (calls x best
 #: latency) is below this: BERT's fused fast-softmax (0.7% of a 2-layer BERT's) took 168 of a

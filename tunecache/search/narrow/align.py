@@ -29,6 +29,7 @@ __all__ = [
     "Skeleton",
     "align_sites",
     "block_order",
+    "cap_unroll",
     "decisions_key",
     "map_blocks",
     "open_locations",
@@ -79,6 +80,14 @@ class Skeleton:
                 self.sites[i] = Site(i, "categorical", "", len(attrs[0]))
             elif kind == "SampleComputeLocation":
                 self.sites[i] = Site(i, "compute_location", "")
+        # The categorical sites that choose a block's unroll depth (their output is the value of
+        # a ``meta_schedule.unroll_explicit``/``unroll_implicit`` annotation), with their choices.
+        unroll_vars = {str(inst[1][1]) for inst in self.insts
+                       if inst[0] == "Annotate" and len(inst[1]) > 1 and len(inst[2]) == 1
+                       and str(inst[2][0]).startswith("meta_schedule.unroll")}
+        self.unroll_sites: dict[int, list[int]] = {
+            i: [int(c) for c in attrs[0]] for i, (kind, _inputs, attrs, outputs) in enumerate(self.insts)
+            if kind == "SampleCategorical" and outputs and str(outputs[0]) in unroll_vars}
 
     def trace_json(self, decisions: dict[int, Any]) -> list[Any]:
         """The skeleton's trace JSON ``[instructions, decisions]`` with ``decisions``."""
@@ -183,6 +192,23 @@ def align_sites(beta: Sequence[Any], alpha: Sequence[Any]) -> list[tuple[int, in
     a_sites = [i for i, inst in enumerate(alpha) if inst[0] in SAMPLE_KINDS]
     matcher = difflib.SequenceMatcher(None, site_lines(beta), site_lines(alpha), autojunk=False)
     return [(b_sites[blk.a + k], a_sites[blk.b + k]) for blk in matcher.get_matching_blocks() for k in range(blk.size)]
+
+
+def cap_unroll(skeleton: Skeleton, decisions: dict[int, Any], max_unroll: int) -> dict[int, Any]:
+    """``decisions`` with each unroll choice of ``skeleton`` above ``max_unroll`` steps lowered to
+    the largest one at or below it (the first choice when none is).
+
+    LLVM's time grows with the unroll depth: BERT's softmax program from its 128-token search
+    (``auto_unroll_max_step`` 512 around an inlined ``fast_exp``) took 5-7 s to build at 64
+    tokens, 0.5 s unrolled 16 steps, and ran as fast (session 24).
+    """
+    out = dict(decisions)
+    for idx, choices in skeleton.unroll_sites.items():
+        at = out.get(idx)
+        if isinstance(at, int) and 0 <= at < len(choices) and choices[at] > max_unroll:
+            fits = [c for c, v in enumerate(choices) if v <= max_unroll]
+            out[idx] = max(fits, key=lambda c: choices[c]) if fits else 0
+    return out
 
 
 def decisions_key(digest: str, decisions: dict[int, Any]) -> str:

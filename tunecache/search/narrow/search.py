@@ -43,7 +43,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunecache.errors import ConfigError, InvalidRecordError
-from tunecache.search.narrow.align import OPEN_TRIES, Candidate, Materializer, Skeleton, decisions_key, open_picks
+from tunecache.search.narrow.align import (
+    OPEN_TRIES,
+    Candidate,
+    Materializer,
+    Skeleton,
+    cap_unroll,
+    decisions_key,
+    open_picks,
+)
 from tunecache.search.narrow.moves import PHASES, cpu_cost, cuda_cost, fitted_decisions, neighbour_decisions
 from tunecache.search.narrow.replay import as_ir_module, trace_of
 from tunecache.search.remeasure import Remeasurement
@@ -179,7 +187,8 @@ class NarrowedSearch:
     """
 
     def __init__(self, mod: Any, target: Any, builder: Any, runner: Any, database: Any,
-                 seed: int, progress: Any, max_trials: int, task_name: str, keep_builds: int = 0) -> None:
+                 seed: int, progress: Any, max_trials: int, task_name: str, keep_builds: int = 0,
+                 max_unroll: int | None = None) -> None:
         load_tvm(str(target.kind.name))
         from tvm.s_tir import meta_schedule as ms
 
@@ -216,6 +225,7 @@ class NarrowedSearch:
         self.keep_builds = keep_builds
         self.artifacts: dict[int, str] = {}
         self.first_valid: Candidate | None = None
+        self.max_unroll = max_unroll
 
     # -- measuring ---------------------------------------------------------------------------
     def _args_info(self, cand: Candidate) -> Any:
@@ -366,7 +376,10 @@ class NarrowedSearch:
     # -- proposing ---------------------------------------------------------------------------
     def materialize_new(self, skeleton: Skeleton, decisions: dict[int, Any]) -> Candidate | None:
         """Materialize ``skeleton`` with ``decisions`` unless this search has seen it, as asked
-        or as TVM applied it; ``None`` for a repeat or a failed replay or postprocess."""
+        or as TVM applied it; ``None`` for a repeat or a failed replay or postprocess. Unroll
+        choices above ``max_unroll`` (when set) are lowered first (:func:`cap_unroll`)."""
+        if self.max_unroll is not None:
+            decisions = cap_unroll(skeleton, decisions, self.max_unroll)
         req = decisions_key(skeleton.digest, decisions)
         if req in self.seen:
             return None
@@ -431,6 +444,7 @@ def narrowed_search(
     task_name: str = "narrowed",
     remeasure_top: int = 3,
     remeasure_rounds: int = 2,
+    max_unroll: int | None = None,
 ) -> NarrowResult:
     """Tune ``mod`` (task alpha) from the tuned traces of a similar task beta.
 
@@ -468,6 +482,11 @@ def narrowed_search(
         measured ``remeasure_rounds`` more times, interleaved, and the best is re-picked by the
         median of each one's measurements (these re-measurements are not trials).
         ``remeasure_rounds=0`` disables it.
+    max_unroll
+        When given, every candidate's unroll choices (``auto_unroll_max_step``) are at most this
+        many steps: a source's deeper unroll is lowered to the deepest choice within it
+        (:func:`~tunecache.search.narrow.align.cap_unroll`). LLVM's time grows with the unroll
+        depth; a caller that cannot afford long builds (a task worth little of its model) sets it.
 
     Returns
     -------
@@ -489,7 +508,7 @@ def narrowed_search(
     _validate(sources, max_trials, round_size)
     mod = as_ir_module(mod)
     search = NarrowedSearch(mod, target, builder, runner, database, int(seed), progress, max_trials, task_name,
-                            keep_builds=remeasure_top if remeasure_rounds > 0 else 0)
+                            keep_builds=remeasure_top if remeasure_rounds > 0 else 0, max_unroll=max_unroll)
     try:
         return _search(search, sources, max_trials, round_size, remeasure_top, remeasure_rounds)
     finally:
