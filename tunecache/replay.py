@@ -33,6 +33,7 @@ from typing import Any
 
 from tunecache.reuse.conditions import can_reuse
 from tunecache.reuse.costs import FAR_RATIO, PRIME_EXTENT_ABOVE, CostModel, prime_extent, reuse_cost
+from tunecache.search.narrow.align import UNROLL_KEYS
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Record
 
@@ -65,10 +66,6 @@ RECOMPUTE_GROWTH = 1.10
 NEAR_TIE = 0.05
 #: Unroll steps from which a near-tied program is replayed after the lighter ones.
 HEAVY_UNROLL = 512
-#: Annotations whose value is a loop's unroll steps: the sampled one, and what postprocessing
-#: writes from it.
-UNROLL_KEYS = frozenset({"meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit",
-                         "pragma_auto_unroll_max_step"})
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from tunecache.tvm_layer.features import cpu_features, cuda_features
 
 __all__ = [
     "OPEN_TRIES",
+    "UNROLL_KEYS",
     "Candidate",
     "Materializer",
     "Site",
@@ -40,6 +41,11 @@ __all__ = [
 #: Round 0 measures the best source's replay with this many compute locations for the sites it
 #: had no decision for (a ``pad_temp`` the source's sketch did not have): :func:`open_picks`.
 OPEN_TRIES = 3
+
+#: Annotations whose value is a loop's unroll steps: the sampled one, and what postprocessing
+#: writes from it.
+UNROLL_KEYS = frozenset({"meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit",
+                         "pragma_auto_unroll_max_step"})
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,9 @@ class Skeleton:
             elif kind == "SampleComputeLocation":
                 self.sites[i] = Site(i, "compute_location", "")
         # The categorical sites that choose a block's unroll depth (their output is the value of
-        # a ``meta_schedule.unroll_explicit``/``unroll_implicit`` annotation), with their choices.
+        # an unroll annotation, :data:`UNROLL_KEYS`), with their choices.
         unroll_vars = {str(inst[1][1]) for inst in self.insts
-                       if inst[0] == "Annotate" and len(inst[1]) > 1 and len(inst[2]) == 1
-                       and str(inst[2][0]).startswith("meta_schedule.unroll")}
+                       if inst[0] == "Annotate" and len(inst[1]) > 1 and inst[2] and str(inst[2][0]) in UNROLL_KEYS}
         self.unroll_sites: dict[int, list[int]] = {
             i: [int(c) for c in attrs[0]] for i, (kind, _inputs, attrs, outputs) in enumerate(self.insts)
             if kind == "SampleCategorical" and outputs and str(outputs[0]) in unroll_vars}
