@@ -235,3 +235,52 @@ def _unrolled(best: Any, steps: int, latency_s: float) -> Any:
     ins = [[k, [steps if isinstance(x, int) and "unroll_max_step" in str(a) else x for x in inp], a, o]
            if k == "Annotate" else [k, inp, a, o] for k, inp, a, o in insts]
     return dataclasses.replace(best, trace=[ins, decs], latency_s=latency_s, uid=uuid.uuid4().hex, cv=None)
+
+
+def test_a_replay_the_stores_cost_model_expects_much_slower_gives_way_to_the_prediction(
+        warm: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``second_opinion`` asks the cost model refitted on the store about the replay and the
+    task's predicted program (ResNet-18's programs replayed at 288 x 288 ran up to 6x slower
+    than the predictions); it swaps only when the model expects the prediction ``wins`` times
+    as fast, and never on a store too small to train it."""
+    import math
+
+    from tunecache import replay as rp
+    from tunecache.tvm_layer import frontend
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    db, source = warm
+    target = resolve_target(None)
+    hw = hardware_key(target)
+    store = open_store(db)
+    tasks = frontend.extract_tasks(frontend.prepare_for_tuning(relax_matmul_relu(32, 64, 48), target), target)
+    served = list(rp.replay_misses(tasks, target, hw, store).values())
+    assert [r.how for r in served] == ["replayed"]  # a store of a few records: no model asked
+    # The store's own model, on a store this small only once the bar is lowered: the real
+    # features and prediction; wins=0 always swaps, an infinite bar never does.
+    monkeypatch.setattr(rp, "MODEL_MIN_ROWS", 1)
+    (swapped,) = rp.second_opinion(tasks, served, target, hw, store, wins=0.0)
+    assert swapped.how == "predicted" and swapped.record is not None and swapped.source is None
+    assert "the store's cost model expects it" in swapped.note and source.name in swapped.note
+    assert rp.second_opinion(tasks, served, target, hw, store, wins=math.inf) == served
+
+    class Fixed:
+        """A model expecting the replay ``ratio`` times as slow as the prediction."""
+
+        def __init__(self, ratio: float) -> None:
+            self.ratio = ratio
+
+        def predict(self, x: np.ndarray) -> np.ndarray:
+            assert x.shape[0] == 2  # the replay's features, then the prediction's
+            return np.array([math.log(self.ratio), 0.0])
+
+    (got,) = rp.second_opinion(tasks, served, target, hw, store, model=Fixed(1.5 * rp.PREDICTION_WINS))
+    assert got.how == "predicted" and f"expects it {1.5 * rp.PREDICTION_WINS:.1f}x as fast" in got.note
+    assert rp.second_opinion(tasks, served, target, hw, store, model=Fixed(0.9 * rp.PREDICTION_WINS)) == served
+    # Served: the prediction runs as the model it replaces (tune="never", the same store).
+    monkeypatch.setattr(rp, "PREDICTION_WINS", 0.0)
+    cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=db, tune="never", progress=False)
+    (task,) = cm.report.tasks
+    assert task.outcome == "predicted" and task.trials == 0 and "cost model expects" in task.note, task
+    x, w = _inputs(32, 64, 48)
+    np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)

@@ -37,8 +37,9 @@ from tunecache.search.narrow.align import UNROLL_KEYS
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Record
 
-__all__ = ["HEAVY_UNROLL", "NEAR_TIE", "PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE", "RECOMPUTE_GROWTH",
-           "SOURCES_TRIED", "Replay", "cheap_builds_first", "replay_misses", "unroll_steps"]
+__all__ = ["HEAVY_UNROLL", "NEAR_TIE", "PREDICTION_WINS", "PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE",
+           "RECOMPUTE_GROWTH", "SOURCES_TRIED", "Replay", "cheap_builds_first", "replay_misses", "second_opinion",
+           "unroll_steps"]
 
 log = logging.getLogger("tunecache")
 
@@ -66,6 +67,26 @@ RECOMPUTE_GROWTH = 1.10
 NEAR_TIE = 0.05
 #: Unroll steps from which a near-tied program is replayed after the lighter ones.
 HEAVY_UNROLL = 512
+#: A replayed tiled program is swapped for the task's predicted one when the cost model refitted
+#: on the store expects the prediction at least this many times as fast (:func:`second_opinion`).
+#: Replays onto a larger shape lose most: ResNet-18's programs from 224 x 224 replayed at 288 x 288
+#: ran 1.3-6.2x slower than the predictions on 16 of its 19 convolutions (measured side by side,
+#: fastest of 10 rounds), and at 160 x 160 from 0.4x to 4.1x. With this bar the model (304
+#: rows of a ResNet-18 store) swapped 15 programs in those two models, 14 rightly (1.3-6.2x) and
+#: one 1x1 convolution 8% wrongly; on BERT at 64 and 256 tokens from its 128-token store it
+#: expected at most 1.15x and swapped nothing (the predictions were 1.3-1.6x faster on 5 of its
+#: 9 matmuls, 8% slower on one: the model misses them; AMD EPYC Zen 3, session 24).
+PREDICTION_WINS = 1.25
+#: Measured records of tiled programs the store must hold for :func:`second_opinion` to ask its
+#: model: below it the model is mostly the shipped one, which ranked ResNet-18's first-stage
+#: convolution's replay and prediction the wrong way round (0.42x for a 4.1x) in session 24.
+MODEL_MIN_ROWS = 256
+#: Newest records and workloads the model is refitted on (each costs decoding: BERT's 304 rows of
+#: 17 workloads took 0.95 s; a team's store is read no further than this).
+OPINION_ROWS = 1000
+OPINION_WORKLOADS = 32
+#: Families whose programs the cost model has features for (a multi-level tiling).
+TILED_FAMILIES = frozenset({"conv2d", "depthwise_conv2d", "matmul", "batch_matmul", "dense"})
 
 
 @dataclass(frozen=True)
@@ -197,9 +218,98 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
     # One task per core: replaying a trace and predicting a program are mostly TVM's C++, which
     # releases the GIL (tunecache.tvm_layer.threads).
     served = thread_map(serve, list(zip(misses, described, strict=True)), name="tunecache-replay")
+    if predict:
+        served = second_opinion(misses, served, target, hw, store)
     out = {t.key: r for t, r in zip(misses, served, strict=True)}
     n = sum(r.how == "replayed" and r.record is not None for r in out.values())
     log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
+    return out
+
+
+def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any, hw: HardwareKey, store: Any, *,
+                   wins: float | None = None, model: Any = None) -> list[Replay]:
+    """``served`` with each replayed tiled program (matmul, conv) swapped for the task's predicted
+    program where the store's cost model expects the prediction ``wins`` times faster or more.
+
+    The model is the gradient search's, refitted on the store's measured records of ``hw``
+    (:func:`tunecache.search.gradient.training.start_model`; ``model`` replaces it). Where the
+    store holds fewer than :data:`MODEL_MIN_ROWS` such records, a trace has no tiled sketch, or
+    the prediction fails, the replay stays.
+
+    Parameters
+    ----------
+    misses
+        The tasks, in the order of ``served``.
+    served
+        What :func:`replay_misses` chose for each.
+    target, hw, store
+        As for :func:`replay_misses`.
+    wins
+        How many times as fast the model must expect the prediction to be; default
+        :data:`PREDICTION_WINS`.
+    model
+        A :class:`~tunecache.search.gradient.model.CostModel` to ask instead of the store's.
+
+    Returns
+    -------
+    list of Replay
+        One per miss, in order.
+    """
+    import math
+
+    from tunecache.tvm_layer.threads import thread_map
+
+    bar = PREDICTION_WINS if wins is None else wins
+    todo = [i for i, (t, r) in enumerate(zip(misses, served, strict=True))
+            if r.how == "replayed" and r.record is not None
+            and getattr(getattr(t, "desc", None), "family", "") in TILED_FAMILIES]
+    if not todo:
+        return list(served)
+    if model is None:
+        try:
+            from tunecache.search.gradient.training import read_store, start_model
+
+            rows = read_store(store, hw, limit=OPINION_ROWS, workloads=OPINION_WORKLOADS).rows
+            if len(rows[0]) < MODEL_MIN_ROWS:
+                return list(served)
+            model = start_model(rows=rows)[0]
+        except Exception as err:  # noqa: BLE001 - no model: the replays stay
+            log.info("tunecache: no cost model to weigh replays against predictions: %s", err)
+            return list(served)
+
+    def weigh(i: int) -> Replay:
+        import numpy as np
+
+        from tunecache.search.gradient.training import trace_row
+        from tunecache.search.predict import predict_task
+
+        t, r = misses[i], served[i]
+        assert r.record is not None
+        try:
+            got = predict_task(t.mod, t.key, hw, target)
+            if isinstance(got, str):
+                return r
+            rec, how = got
+            feats = [trace_row(r.record.trace, 1.0, t.mod), trace_row(rec.trace, 1.0, t.mod)]
+            if feats[0] is None or feats[1] is None:
+                return r
+            replayed, predicted = (float(v) for v in model.predict(np.stack([feats[0][0], feats[1][0]])))
+        except Exception:  # noqa: BLE001 - the replay stays
+            return r
+        ratio = math.exp(replayed - predicted)
+        if ratio < bar:
+            return r
+        return Replay(t.key, rec, None, "", f"{how}; the store's cost model expects it {ratio:.1f}x as fast as the "
+                      f"program {r.note.removesuffix(', 0 measurements')}", how="predicted", work=r.work)
+
+    got = thread_map(weigh, todo, name="tunecache-weigh")
+    out = list(served)
+    for i, r in zip(todo, got, strict=True):
+        out[i] = r
+    n = sum(r.how == "predicted" for r in got)
+    if n:
+        log.info("tunecache: %d of %d replays swapped for predicted programs the cost model expects faster", n,
+                 len(todo))
     return out
 
 
