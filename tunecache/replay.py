@@ -71,9 +71,9 @@ HEAVY_UNROLL = 512
 #: on the store expects the prediction at least this many times as fast (:func:`second_opinion`).
 #: Replays onto a larger shape lose most: ResNet-18's programs from 224 x 224 replayed at 288 x 288
 #: ran 1.3-6.2x slower than the predictions on 16 of its 19 convolutions (measured side by side,
-#: fastest of 10 rounds), and at 160 x 160 from 0.4x to 4.1x. With this bar the model (304
-#: rows of a ResNet-18 store) swapped 15 programs in those two models, 14 rightly (1.3-6.2x) and
-#: one 1x1 convolution 8% wrongly; on BERT at 64 and 256 tokens from its 128-token store it
+#: fastest of 10 rounds), and at 160 x 160 from 0.4x to 4.1x. With this bar the model (268
+#: rows of a ResNet-18 store) swapped 15 programs in those two models, 14 rightly (1.05-6.2x)
+#: and one 1x1 convolution 8% wrongly; on BERT at 64 and 256 tokens from its 128-token store it
 #: expected at most 1.15x and swapped nothing (the predictions were 1.3-1.6x faster on 5 of its
 #: 9 matmuls, 8% slower on one: the model misses them; AMD EPYC Zen 3, session 24).
 PREDICTION_WINS = 1.25
