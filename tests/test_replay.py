@@ -237,35 +237,48 @@ def _unrolled(best: Any, steps: int, latency_s: float) -> Any:
     return dataclasses.replace(best, trace=[ins, decs], latency_s=latency_s, uid=uuid.uuid4().hex, cv=None)
 
 
-def test_a_replay_the_stores_cost_model_expects_much_slower_gives_way_to_the_prediction(
+def test_the_stores_cost_model_decides_between_a_replay_and_the_prediction(
         warm: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """``second_opinion`` asks the cost model refitted on the store about the replay and the
-    task's predicted program (ResNet-18's programs replayed at 288 x 288 ran up to 6x slower
-    than the predictions); it swaps only when the model expects the prediction ``wins`` times
-    as fast, and never on a store too small to train it."""
+    task's predicted program: a replay onto a larger problem (ResNet-18's programs replayed at
+    288 x 288 ran up to 6x slower than the predictions) gives way unless the model expects the
+    replay ``wins`` times as fast; any other replay only where it expects the prediction
+    ``wins`` times as fast; never on a store too small to train the model."""
     import math
 
     from tunecache import replay as rp
     from tunecache.tvm_layer import frontend
     from tunecache.tvm_layer.target import hardware_key, resolve_target
 
-    db, source = warm
+    db, source = warm  # 16 x 32 x 24
     target = resolve_target(None)
     hw = hardware_key(target)
     store = open_store(db)
-    tasks = frontend.extract_tasks(frontend.prepare_for_tuning(relax_matmul_relu(32, 64, 48), target), target)
-    served = list(rp.replay_misses(tasks, target, hw, store).values())
-    assert [r.how for r in served] == ["replayed"]  # a store of a few records: no model asked
-    # The store's own model, on a store this small only once the bar is lowered: the real
-    # features and prediction; wins=0 always swaps, an infinite bar never does.
+
+    def tasks_of(m: int, k: int, n: int) -> list[Any]:
+        return frontend.extract_tasks(frontend.prepare_for_tuning(relax_matmul_relu(m, k, n), target), target)
+
+    grown, shrunk = tasks_of(32, 64, 48), tasks_of(8, 32, 24)
+    served = {id(ts): list(rp.replay_misses(ts, target, hw, store).values()) for ts in (grown, shrunk)}
+    for ts in (grown, shrunk):  # a store of a few records: no model asked
+        assert [r.how for r in served[id(ts)]] == ["replayed"]
+        assert served[id(ts)][0].source_work == 16 * 32 * 24
+
+    # The store's own model (on a store this small only once the bar is lowered): the real
+    # features and prediction, with bars that decide whatever it expects.
     monkeypatch.setattr(rp, "MODEL_MIN_ROWS", 1)
-    (swapped,) = rp.second_opinion(tasks, served, target, hw, store, wins=0.0)
+    (swapped,) = rp.second_opinion(grown, served[id(grown)], target, hw, store, wins=math.inf)
     assert swapped.how == "predicted" and swapped.record is not None and swapped.source is None
-    assert "the store's cost model expects it" in swapped.note and source.name in swapped.note
-    assert rp.second_opinion(tasks, served, target, hw, store, wins=math.inf) == served
+    assert "the miss is 8.0x its source's work" in swapped.note and source.name in swapped.note
+    (kept,) = rp.second_opinion(grown, served[id(grown)], target, hw, store, wins=0.0)
+    assert kept.how == "replayed" and kept.record == served[id(grown)][0].record
+    assert "kept over the prediction" in kept.note
+    (swapped,) = rp.second_opinion(shrunk, served[id(shrunk)], target, hw, store, wins=0.0)
+    assert swapped.how == "predicted" and "the store's cost model expects it" in swapped.note
+    assert rp.second_opinion(shrunk, served[id(shrunk)], target, hw, store, wins=math.inf) == served[id(shrunk)]
 
     class Fixed:
-        """A model expecting the replay ``ratio`` times as slow as the prediction."""
+        """A model expecting the prediction ``ratio`` times as fast as the replay."""
 
         def __init__(self, ratio: float) -> None:
             self.ratio = ratio
@@ -274,13 +287,20 @@ def test_a_replay_the_stores_cost_model_expects_much_slower_gives_way_to_the_pre
             assert x.shape[0] == 2  # the replay's features, then the prediction's
             return np.array([math.log(self.ratio), 0.0])
 
-    (got,) = rp.second_opinion(tasks, served, target, hw, store, model=Fixed(1.5 * rp.PREDICTION_WINS))
-    assert got.how == "predicted" and f"expects it {1.5 * rp.PREDICTION_WINS:.1f}x as fast" in got.note
-    assert rp.second_opinion(tasks, served, target, hw, store, model=Fixed(0.9 * rp.PREDICTION_WINS)) == served
+    bar = rp.PREDICTION_WINS
+
+    def one(ts: list[Any], ratio: float) -> Any:
+        (got,) = rp.second_opinion(ts, served[id(ts)], target, hw, store, model=Fixed(ratio))
+        return got
+
+    assert one(grown, 1.0).how == "predicted" and "expects it 1.00x as fast" in one(grown, 1.0).note
+    assert one(grown, 0.9 / bar).how == "replayed"
+    assert one(shrunk, 1.5 * bar).how == "predicted" and f"expects it {1.5 * bar:.1f}x" in one(shrunk, 1.5 * bar).note
+    assert one(shrunk, 0.9 * bar) == served[id(shrunk)][0]
     # Served: the prediction runs as the model it replaces (tune="never", the same store).
-    monkeypatch.setattr(rp, "PREDICTION_WINS", 0.0)
+    monkeypatch.setattr(rp, "PREDICTION_WINS", math.inf)
     cm = tunecache.compile(relax_matmul_relu(32, 64, 48), store=db, tune="never", progress=False)
     (task,) = cm.report.tasks
-    assert task.outcome == "predicted" and task.trials == 0 and "cost model expects" in task.note, task
+    assert task.outcome == "predicted" and task.trials == 0 and "its source's work" in task.note, task
     x, w = _inputs(32, 64, 48)
     np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
