@@ -116,8 +116,9 @@ class Replay:
     work
         The miss's iteration-space size (its major loop nest's; 0 when it was not described).
     source_latency_s
-        For a replay: the source program's measured latency, scaled by ``work`` over the
-        source's work (an estimate of a tuned program's latency on the miss).
+        For a replay (or a prediction that replaced one, :func:`second_opinion`): the source
+        program's measured latency, scaled by ``work`` over the source's work (an estimate of a
+        tuned program's latency on the miss).
     source_work
         For a replay: the source's iteration-space size (0 otherwise).
     """
@@ -257,8 +258,8 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
     target, hw, store
         As for :func:`replay_misses`.
     wins
-        How many times as fast the model must expect the prediction to be; default
-        :data:`PREDICTION_WINS`.
+        How many times as fast the model must expect the prediction to be (the replay, onto a
+        larger problem) for it to be served; default :data:`PREDICTION_WINS`.
     model
         A :class:`~tunecache.search.gradient.model.CostModel` to ask instead of the store's.
 
@@ -320,7 +321,9 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
             why = f"the store's cost model expects it {ratio:.1f}x as fast as the program {what}"
         else:
             return r
-        return Replay(t.key, rec, None, "", f"{how}; {why}", how="predicted", work=r.work)
+        # The source's scaled latency stays: a background compile's queue ranks the miss by it.
+        return Replay(t.key, rec, None, "", f"{how}; {why}", how="predicted", work=r.work,
+                      source_latency_s=r.source_latency_s)
 
     got = thread_map(weigh, todo, name="tunecache-weigh")
     out = list(served)
@@ -328,8 +331,8 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
         out[i] = r
     n = sum(r.how == "predicted" for r in got)
     if n:
-        log.info("tunecache: %d of %d replays swapped for predicted programs the cost model expects faster", n,
-                 len(todo))
+        log.info("tunecache: %d of %d replayed matmuls and convolutions served by their predicted programs "
+                 "instead", n, len(todo))
     return out
 
 
