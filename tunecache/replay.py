@@ -89,8 +89,6 @@ MODEL_MIN_ROWS = 256
 #: 17 workloads took 0.95 s; a team's store is read no further than this).
 OPINION_ROWS = 1000
 OPINION_WORKLOADS = 32
-#: Families whose programs the cost model has features for (a multi-level tiling).
-TILED_FAMILIES = frozenset({"conv2d", "depthwise_conv2d", "matmul", "batch_matmul", "dense"})
 
 
 @dataclass(frozen=True)
@@ -273,9 +271,11 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
     from tunecache.tvm_layer.threads import thread_map
 
     bar = PREDICTION_WINS if wins is None else wins
+    # Tasks of a named operator family (``guess_family``: convolutions and matmuls; not
+    # ``other``): the ones whose programs may have the multi-level tiling the model reads.
     todo = [i for i, (t, r) in enumerate(zip(misses, served, strict=True))
             if r.how == "replayed" and r.record is not None
-            and getattr(getattr(t, "desc", None), "family", "") in TILED_FAMILIES]
+            and getattr(getattr(t, "desc", None), "family", "other") != "other"]
     if not todo:
         return list(served)
     if model is None:
