@@ -403,6 +403,38 @@ def test_search_measures_a_stored_neighbours_carried_program_in_its_first_round(
     assert tiles & got
 
 
+def test_search_measures_the_tasks_predicted_program_first(tvm: Any, target: Any) -> None:
+    """A seed (the task's predicted program, which ``search_gradient`` passes for a task with
+    nothing stored) is the first program measured, whatever the model would pick; a seed that
+    does not replay on the task (another task's program) is skipped and the budget still spent."""
+    from tunecache.search.gradient import gradient_search
+    from tunecache.search.predict import predicted_trace
+    from tunecache.store.records import decode_trace
+    from tunecache.tvm_layer import ms
+    from tunecache.tvm_layer.measure import make_builder, make_runner
+
+    conv = te_conv(tvm, (1, 14, 14, 16), 3, 32, pad=1, layout="NHWC")
+    own, other = predicted_trace(conv, target), predicted_trace(te_matmul(tvm, 32, 64, 48), target)
+    assert own is not None and other is not None
+
+    def tiles(trace: Any) -> list[Any]:
+        insts, decisions = decode_trace(trace)
+        return [d for i, d in decisions if insts[i][0] == "SamplePerfectTile"]
+
+    db = ms().database.MemoryDatabase()
+    builder, runner = make_builder(max_workers=1), make_runner()
+    try:
+        res = gradient_search(conv, target, builder=builder, runner=runner, max_trials=3, round_size=3, n_starts=1,
+                              steps=4, database=db, seed=0, seeds=[other, own])
+    finally:
+        builder.close()
+        runner.pool.shutdown(wait=True)
+    recs = db.get_all_tuning_records()
+    assert res.trials == 3 and len(recs) == 3
+    firsts = [r for r in recs if tiles(r.trace.as_json()) == tiles(own)]
+    assert len(firsts) == 1 and res.curve[0] == pytest.approx(float(np.median([float(x) for x in firsts[0].run_secs])))
+
+
 def test_search_refuses_a_task_without_a_tiled_sketch(tvm: Any, target: Any) -> None:
     from tvm import te
 

@@ -198,6 +198,36 @@ def test_a_panel_beyond_the_caches_is_split_by_columns(tvm: Any, target: Any, mo
     assert i_big[:2] == [1, 1] and j_big[0] > 1, tiles  # a large one: the columns are
 
 
+def test_a_large_panel_with_few_rows_is_split_by_channels_with_every_row_per_reduction_step(
+        tvm: Any, monkeypatch: Any) -> None:
+    """A 7x7 NHWC conv whose weights exceed SPLIT_WEIGHTS_ABOVE L2 caches (ResNet's last stage:
+    predicted 4.4 -> 1.6-2.1 ms, docs/NOTES.md session 25): its output channels are split between
+    the cores, its 1-row register tile gets 8 vectors (8 accumulators on AVX2) instead of 2, and
+    all 49 output pixels sit inside one outer-reduction step; below the threshold the tiles are
+    as before. Both programs compute the convolution."""
+    from tunecache.search import predict
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "haswell"})
+    mod = te_conv(tvm, (1, 7, 7, 32), 3, 128, pad=1, layout="NHWC")
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 7, 7, 32)).astype("float32"), rng.standard_normal((3, 3, 32, 128)).astype("float32")
+    tiles = {}
+    for above in (math.inf, 0.0):
+        monkeypatch.setattr(predict, "SPLIT_WEIGHTS_ABOVE", above)
+        got = predict.predict_program(mod, target)
+        assert not isinstance(got, str), got
+        insts, decisions = got.sch.trace.as_json()
+        tiles[above] = [[int(v) for v in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
+        ex = tvm.compile(got.sch.mod, target=target)
+        dev = tvm.cpu()
+        out = tvm.runtime.tensor(np.zeros((1, 7, 7, 128), "float32"), device=dev)
+        ex["main"](tvm.runtime.tensor(x, device=dev), tvm.runtime.tensor(w, device=dev), out)
+        np.testing.assert_allclose(out.numpy(), _reference("conv", [x, w]), rtol=1e-4, atol=1e-4)
+    (_, h, wd, c, *_), (_, h0, wd0, c0, *_) = tiles[0.0], tiles[math.inf]
+    assert c == [2, 1, 1, 64] and h == [1, 1, 7, 1] and wd == [1, 1, 7, 1], tiles
+    assert c0[-1] == 16 and c0[0] == 1 and h0[0] > 1, tiles  # before: rows split, 2 vectors
+
+
 def test_prediction_is_deterministic(tvm: Any, target: Any) -> None:
     from tunecache.search.predict import predict_program
 

@@ -18,7 +18,10 @@ sampled decision analytically, from the target and the host's caches, instead of
   The inner reduction tile is sized so that one step's panels fit half of L1; the outermost
   tiles give at least :data:`PAR_PER_CORE` parallel items per physical core (outer axes
   first), and the rest goes to the second level, where the parallel postprocessor does not
-  fuse it;
+  fuse it. A panel beyond :data:`SPLIT_WEIGHTS_ABOVE` L2 caches (a late conv's weights) is
+  split by its columns instead, and where the register tile has few rows (a 7x7 conv's output
+  columns) it gets up to :data:`MAX_VECTORS` vectors and all the block's rows inside one
+  outer-reduction step (ResNet-18's last stage: 4.4 -> 1.6-2.1 ms, session 25);
 * other tiles (an ``rfactor`` split): the inner part a SIMD width;
 * **unroll** (``SampleCategorical``): :data:`UNROLL` (a middle value of ``[0, 16, 64, 512]``);
 * **compute locations**: the block's root where TVM accepts it (as a replay's open sites:
@@ -68,8 +71,17 @@ ROWS: int | None = None
 #: Bytes of a matmul's column panel (reduction x columns) above which the columns, not the rows,
 #: are split between the cores (larger than the last-level cache of the CPUs measured).
 STREAM_WEIGHTS_ABOVE = 64 << 20
+#: A panel (reduction x columns: a conv's or dense's weights) larger than this many L2 caches is
+#: split between the cores by its columns (the parallel loop over the vector axis first), so each
+#: core reads its share of it, not all of it; where its register tile has few rows (a 7x7 or
+#: 14x14 conv's output columns) it also gets more vectors and every output row of the core's
+#: block inside one outer-reduction step (:func:`_tile_group`). ``inf``: neither.
+SPLIT_WEIGHTS_ABOVE = 2.0
 #: Vectors of the register tile along the vector axis (innermost tile = VECTORS x SIMD width).
 VECTORS = 2
+#: Most vectors of a split panel's register tile when its row axis gives few rows (a 7x7 conv's
+#: output columns), so that it keeps ``ROWS x VECTORS`` accumulators.
+MAX_VECTORS = 8
 #: Register tiles per outer-reduction step along the row and vector axes (second-innermost level).
 MID = 2
 #: Parallel items wanted per physical core (the outermost tiles' product).
@@ -305,15 +317,32 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
             # row axis padded to its multiple (see _imperfect_splits), not a 1-row tile.
             t[row][-1], rem[row] = rows_wanted, padded // rows_wanted
             padded_row = True
+    k = math.prod(e for _, e in g.reduction)
+    panel = k * ext[vec] * dtype_bytes if vec is not None else 0
+    weights_streamed = (vec is not None and row is not None and not padded_row and not vec_looped
+                        and n_s >= 3 and panel > STREAM_WEIGHTS_ABOVE)
+    weights_split = (not weights_streamed and vec is not None and row is not None and not padded_row
+                     and not vec_looped and n_s >= 3 and panel > SPLIT_WEIGHTS_ABOVE * caches.l2)
+    few_rows = False
+    if weights_split and row is not None and vec is not None:
+        acc_wanted = (ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)) * VECTORS
+        few_rows = t[vec][-1] % lanes == 0 and 2 * t[row][-1] * (t[vec][-1] // lanes) <= acc_wanted
+        if few_rows:
+            # A 7x7 or 14x14 conv's 1-2 output columns: more vectors instead, so the register
+            # tile still holds enough independent accumulators to hide the FMA latency.
+            more = max((d for d in _divisors(ext[vec]) if d % lanes == 0 and d // lanes <= MAX_VECTORS
+                        and t[row][-1] * (d // lanes) <= acc_wanted), default=t[vec][-1])
+            if more > t[vec][-1]:
+                rem[vec] = rem[vec] * t[vec][-1] // more
+                t[vec][-1] = more
     # Parallel items: outermost level, outer axes first; leave the vector axis unless needed.
     want = cores * PAR_PER_CORE
     have = 1
     order = [idx for idx, _ in g.spatial if idx != vec] + ([vec] if vec is not None else [])
     if padded_row and row is not None:  # parallel last: [3, None, 1, 8] by [2, 24, 2, 32] ran 2.2x slower
         order = [idx for idx in order if idx != row] + [row]
-    k = math.prod(e for _, e in g.reduction)
-    weights_streamed = (vec is not None and row is not None and not padded_row and not vec_looped
-                        and n_s >= 3 and k * ext[vec] * dtype_bytes > STREAM_WEIGHTS_ABOVE)
+    if weights_split:
+        order = [idx for idx in order if idx == vec] + [idx for idx in order if idx != vec]
     if weights_streamed:
         # A panel far beyond the caches (GPT-2's LM head: 768 x 50,304 floats, 154 MB): split
         # its columns between the cores and keep every row inside, so it is read once, not once
@@ -333,6 +362,16 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     if n_s >= 3:
         if row is not None and weights_streamed:
             t[row][-2], rem[row] = rem[row], 1
+        elif row is not None and few_rows:
+            # Every output row of the core's block that fits inside one outer-reduction step (its
+            # output tile within half of L1), so the step's slice of the split panel is reused
+            # over all of them, not reloaded for each 1-2 row register tile.
+            cap = caches.l1 // 2 // dtype_bytes // max(1, t[vec][-1] if vec is not None else 1)
+            mids = [row] + [idx for idx, _ in reversed(g.spatial) if idx not in (vec, row)]
+            got = math.prod(t[idx][-1] for idx in mids)
+            for idx in mids:
+                f = _largest_divisor(rem[idx], cap / got)
+                t[idx][-2], rem[idx], got = f, rem[idx] // f, got * f
         elif row is not None and not padded_row and not vec_looped:  # a padded row axis: 2.2x slower with a middle tile
             t[row][-2] = _largest_divisor(rem[row], MID)
             rem[row] //= t[row][-2]
@@ -354,7 +393,9 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     if red:
         last = red[-1]
         e = dict(g.reduction)[last]
-        budget = caches.l1 // 2 // dtype_bytes - rows * cols
+        # (the rows of a few-rows panel's middle level are not counted in: its output tile there
+        # left 8 reduction steps of 512 on a 7x7 conv, 1.3x slower than 32)
+        budget = caches.l1 // 2 // dtype_bytes - (0 if few_rows else rows * cols)
         k = max(1, budget // max(1, rows + cols))
         inner = _largest_divisor(e, min(k, 64)) if not vec_looped else _largest_divisor(e, 2)
         out[last] = [e // inner, inner]

@@ -6,7 +6,8 @@ One round:
    points, the best measured programs so far, and in the first round the best programs of
    stored neighbours of the sketch's shape, their tiles carried to this task's extents
    (:mod:`~tunecache.search.gradient.starts`; the best predicted two are measured, after the
-   model's top pick, whatever the model says of the rest); each start keeps its own
+   model's top pick, whatever the model says of the rest), and first of all the ``seeds`` (the
+   task's analytically predicted program, for a task with nothing stored); each start keeps its own
    categorical choices (unroll bound, compute locations), which the descent does not change.
    The best measured programs' one-move neighbours (the narrowed search's moves: a tile factor
    between levels, the unroll bound, a compute location) join the ranking as they are.
@@ -231,6 +232,47 @@ def _select(state: Any, spaces: list[TiledSpace], pool: list[tuple[float, int, d
     return chosen
 
 
+def _seed_candidates(state: Any, seeds: Sequence[Any]) -> list[Any]:
+    """Candidates of ``seeds`` (plain trace JSON: the task's predicted program) replayed on the
+    task as they are, the open compute locations at the block's root where TVM accepts it; a
+    seed that does not replay is counted in the materializer and skipped."""
+    from tunecache.errors import InvalidRecordError
+    from tunecache.search.narrow.align import Skeleton, open_picks
+
+    out = []
+    for i, trace in enumerate(seeds):
+        try:
+            sk = state.mat.adapt(Skeleton(-1 - i, trace))
+        except (InvalidRecordError, TypeError, ValueError, IndexError):
+            state.mat.failed_replay += 1
+            continue
+        picks = open_picks(state.mat, sk, dict(sk.decisions), 1)
+        cand = state.materialize_new(sk, picks[0]) if picks else None
+        if cand is not None:
+            out.append(cand)
+    return out
+
+
+def _place(cand: Any, spaces: list[TiledSpace], state: Any) -> tuple[int, dict[int, Any]] | None:
+    """``(space index, decisions)`` of a seed's candidate as a point of the space whose sketch it
+    is (the same instructions, names aside), so its tiles join the descent and the refit; the
+    point is marked seen. ``None`` where no space's sketch is its own (a padded row tile's
+    literal split, another sketch)."""
+    from tunecache.search.narrow.align import align_sites, decisions_key, structure
+
+    mine = structure(cand.skeleton.insts)
+    for si, space in enumerate(spaces):
+        if structure(space.skeleton.insts) != mine:
+            continue
+        d = dict(space.skeleton.decisions)
+        d.update({a: cand.decisions[b] for b, a in align_sites(cand.skeleton.insts, space.skeleton.insts)
+                  if b in cand.decisions})
+        if all(ax.site in d for ax in space.axes):
+            state.seen.add(decisions_key(space.skeleton.digest, d))
+            return si, d
+    return None
+
+
 def gradient_search(
     mod: Any,
     target: Any,
@@ -255,6 +297,7 @@ def gradient_search(
     diverse_share: float = DIVERSE_SHARE,
     own_share: float = OWN_SHARE,
     deadline: float | None = None,
+    seeds: Sequence[Any] = (),
 ) -> GradientResult:
     """Tune one task by gradient descent on a differentiable cost model.
 
@@ -307,6 +350,11 @@ def gradient_search(
         A ``time.time()`` after which no new round starts (the round in flight finishes; the
         first round always runs): how ``compile``'s and ``warm``'s ``time_budget_s`` reach it.
         ``None``: no deadline.
+    seeds
+        Programs (plain trace JSON) measured first in the first round whatever the model says:
+        the task's predicted program (:func:`~tunecache.search.predict.predicted_trace`), so
+        the search ends no worse than it. A seed whose sketch is one of ``spaces`` joins the
+        descent's starts and the refit like any measured point.
 
     Returns
     -------
@@ -410,19 +458,24 @@ def gradient_search(
         pool = pool[:1] + carried[:FORCED_NEIGHBOURS] + pool[1:]
         model_s += time.perf_counter() - t_model
         want = min(round_size, max_trials - state.trials)
-        chosen = _select(state, spaces, pool, want, round(want * diverse_share))
-        if not chosen:
+        seeded = _seed_candidates(state, seeds[:want]) if rounds == 1 else []
+        want -= len(seeded)
+        chosen = _select(state, spaces, pool, want, round(want * diverse_share)) if want > 0 else []
+        if not chosen and not seeded:
             break  # the space is exhausted (every rounded point seen)
         if not trained:
             cold += 1
-        state.measure([c for _, _, c in chosen])
+        state.measure(seeded + [c for _, _, c in chosen])
+        placed = [(p[0], p[1], c) for c in seeded if (p := _place(c, spaces, state)) is not None]
+        chosen = placed + chosen
         for si, full, cand in chosen:
             if cand.latency_s is not None:
                 space = spaces[si]
                 by_space.setdefault(si, []).append((cand.latency_s, full))
                 own_x.append(space.feature_values(full))
                 own_y.append(math.log(cand.latency_s) - space.work)
-        for _, _, cand in chosen:  # best so far after each trial, in measurement order
+        # best so far after each trial, in measurement order
+        for cand in seeded + [c for _, _, c in chosen[len(placed):]]:
             best = min(curve[-1] if curve else math.inf, cand.latency_s if cand.latency_s is not None else math.inf)
             curve.append(best)
         if own_x:  # refit on the store's rows and the task's own
