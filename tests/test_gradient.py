@@ -435,6 +435,28 @@ def test_search_measures_the_tasks_predicted_program_first(tvm: Any, target: Any
     assert len(firsts) == 1 and res.curve[0] == pytest.approx(float(np.median([float(x) for x in firsts[0].run_secs])))
 
 
+def test_points_without_parallel_items_leave_the_pool_where_the_sketch_has_them(spaces: dict[str, Any]) -> None:
+    """A point whose loops outside the reduction give fewer items than cores (no parallel loop:
+    measured undisturbed by the other core's load, it won a noisy 512^3 search and ran 1.9x
+    slower than the 2-thread prediction) is dropped from the round's pool; one with enough
+    stays; a pool of nothing else is kept whole; one core drops nothing."""
+    from tunecache.search.gradient.search import _parallel_enough, _parallel_items
+
+    _, sp = spaces["matmul"]
+    space = sp[0]
+    base = dict(space.skeleton.decisions)
+    serial, split = dict(base), dict(base)
+    for ax in space.axes:
+        inner = [1] * (ax.levels - 1) + [ax.extent]
+        serial[ax.site] = inner
+        split[ax.site] = ([2] + [1] * (ax.levels - 2) + [ax.extent // 2]) if ax.spatial else inner
+    assert _parallel_items(space, serial) == 1 and _parallel_items(space, split) == 4
+    pool = [(0.0, 0, serial, "a"), (1.0, 0, split, "b")]
+    assert [p[3] for p in _parallel_enough(pool, sp, 2)] == ["b"]
+    assert [p[3] for p in _parallel_enough(pool[:1], sp, 2)] == ["a"]
+    assert [p[3] for p in _parallel_enough(pool, sp, 1)] == ["a", "b"]
+
+
 def test_search_refuses_a_task_without_a_tiled_sketch(tvm: Any, target: Any) -> None:
     from tvm import te
 

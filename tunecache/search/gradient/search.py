@@ -232,6 +232,35 @@ def _select(state: Any, spaces: list[TiledSpace], pool: list[tuple[float, int, d
     return chosen
 
 
+def _parallel_items(space: TiledSpace, decisions: dict[int, Any]) -> int:
+    """Iterations of the spatial loops outside the first reduction level: what the parallel
+    postprocessor can spread over the cores."""
+    first_r = space.structure.find("R")
+    items = 1
+    for ax in space.axes:
+        if ax.spatial and ax.site in decisions:
+            items *= math.prod(int(f) for lvl, f in enumerate(decisions[ax.site])
+                               if lvl < len(ax.positions) and ax.positions[lvl] < first_r)
+    return items
+
+
+def _parallel_enough(pool: list[tuple[float, int, dict[int, Any], str]], spaces: list[TiledSpace],
+                     cores: int) -> list[tuple[float, int, dict[int, Any], str]]:
+    """``pool`` without the points whose loops outside the reduction give fewer than ``cores``
+    parallel items where their sketch could give that many (all of it if none is left).
+
+    A single-threaded program is measured undisturbed by load on the other core, where a
+    parallel one waits for its slowest thread: on a shared 2-core machine a 64-trial search of a
+    512^3 matmul kept a program with no parallel loop (3.5 ms as measured), which ran 1.9x slower
+    than the 2-thread prediction side by side and 2.8x slower than numpy (session 25).
+    """
+    if cores < 2:
+        return pool
+    out = [p for p in pool if _parallel_items(spaces[p[1]], p[2]) >= cores
+           or math.prod(ax.extent for ax in spaces[p[1]].axes if ax.spatial) < cores]
+    return out or pool
+
+
 def _seed_candidates(state: Any, seeds: Sequence[Any]) -> list[Any]:
     """Candidates of ``seeds`` (plain trace JSON: the task's predicted program) replayed on the
     task as they are, the open compute locations at the block's root where TVM accepts it; a
@@ -392,6 +421,9 @@ def gradient_search(
     by_space: dict[int, list[tuple[float, dict[int, Any]]]] = {}  # measured (latency, decisions)
     extra_starts = list(starts or [])
     limits = host_limits(target) if limits is None else limits
+    from tunecache.search.predict import _cores
+
+    cores = _cores(target)
     from tunecache.interrupt import stop_requested
 
     while state.trials < max_trials and not stop_requested():  # Ctrl-C: after the round in flight
@@ -455,7 +487,7 @@ def gradient_search(
         carried.sort(key=lambda t: t[0])
         # The model's top pick first (the zero-measurement pick), then the forced neighbours;
         # a point twice in the pool is materialized once.
-        pool = pool[:1] + carried[:FORCED_NEIGHBOURS] + pool[1:]
+        pool = _parallel_enough(pool[:1] + carried[:FORCED_NEIGHBOURS] + pool[1:], spaces, cores)
         model_s += time.perf_counter() - t_model
         want = min(round_size, max_trials - state.trials)
         seeded = _seed_candidates(state, seeds[:want]) if rounds == 1 else []
