@@ -66,6 +66,22 @@ def _task(tvm: Any, kind: str) -> Any:
     return _softmax(tvm)
 
 
+def _predicted_tiles(tvm: Any, mod: Any, target: Any, inputs: list[np.ndarray], want: np.ndarray) -> list[list[int]]:
+    """The tiles (``SamplePerfectTile`` decisions, in order) of ``mod``'s predicted program, after
+    building it and checking its output on ``inputs`` against ``want``."""
+    from tunecache.search.predict import predict_program
+
+    got = predict_program(mod, target)
+    assert not isinstance(got, str), got
+    insts, decisions = got.sch.trace.as_json()
+    ex = tvm.compile(got.sch.mod, target=target)
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), device=dev)
+    ex["main"](*(tvm.runtime.tensor(x, device=dev) for x in inputs), out)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    return [[int(x) for x in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
+
+
 @pytest.mark.parametrize("kind", ["dense", "conv", "softmax"])
 def test_predicted_program_is_correct_and_a_real_schedule(tvm: Any, target: Any, kind: str) -> None:
     from tunecache.search.predict import Prediction, predict_program
@@ -152,23 +168,12 @@ def test_prime_vector_axis_is_one_loop_llvm_vectorizes(tvm: Any, target: Any) ->
     """197 columns (ViT's keys in Q x K^T, prime) have no vector-sized tile: the whole axis
     becomes one loop inside the outer reduction tile (a 1-wide vector tile ran 8x slower),
     rows keep their register tile, and the program computes the product."""
-    from tunecache.search.predict import predict_program
-
-    mod = te_matmul(tvm, 64, 197, 32)
-    got = predict_program(mod, target)
-    assert not isinstance(got, str), got
-    insts, decisions = got.sch.trace.as_json()
-    tiles = [[int(x) for x in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 32)).astype("float32"), rng.standard_normal((32, 197)).astype("float32")
+    tiles = _predicted_tiles(tvm, te_matmul(tvm, 64, 197, 32), target, [a, b], a @ b)
     i_tile, j_tile = tiles[:2]
     assert j_tile == [1, 1, 197, 1], tiles
     assert i_tile[-1] > 1 and math.prod(i_tile) == 64, tiles
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((64, 32)).astype("float32"), rng.standard_normal((32, 197)).astype("float32")
-    ex = tvm.compile(got.sch.mod, target=target)
-    dev = tvm.cpu()
-    out = tvm.runtime.tensor(np.zeros((64, 197), "float32"), device=dev)
-    ex["main"](tvm.runtime.tensor(a, device=dev), tvm.runtime.tensor(b, device=dev), out)
-    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_a_panel_beyond_the_caches_is_split_by_columns(tvm: Any, target: Any, monkeypatch: Any) -> None:
@@ -184,15 +189,7 @@ def test_a_panel_beyond_the_caches_is_split_by_columns(tvm: Any, target: Any, mo
     shipped = predict.STREAM_WEIGHTS_ABOVE
     for above in (shipped, 0):
         monkeypatch.setattr(predict, "STREAM_WEIGHTS_ABOVE", above)
-        got = predict.predict_program(mod, target)
-        assert not isinstance(got, str), got
-        insts, decisions = got.sch.trace.as_json()
-        tiles[above] = [[int(x) for x in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
-        ex = tvm.compile(got.sch.mod, target=target)
-        dev = tvm.cpu()
-        out = tvm.runtime.tensor(np.zeros((64, 256), "float32"), device=dev)
-        ex["main"](tvm.runtime.tensor(a, device=dev), tvm.runtime.tensor(b, device=dev), out)
-        np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+        tiles[above] = _predicted_tiles(tvm, mod, target, [a, b], a @ b)
     i_small, (i_big, j_big) = tiles[shipped][0], tiles[0][:2]
     assert i_small[0] > 1, tiles  # a small panel: the rows are split between the cores
     assert i_big[:2] == [1, 1] and j_big[0] > 1, tiles  # a large one: the columns are
@@ -214,15 +211,7 @@ def test_a_large_panel_with_few_rows_is_split_by_channels_with_every_row_per_red
     tiles = {}
     for above in (math.inf, 0.0):
         monkeypatch.setattr(predict, "SPLIT_WEIGHTS_ABOVE", above)
-        got = predict.predict_program(mod, target)
-        assert not isinstance(got, str), got
-        insts, decisions = got.sch.trace.as_json()
-        tiles[above] = [[int(v) for v in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
-        ex = tvm.compile(got.sch.mod, target=target)
-        dev = tvm.cpu()
-        out = tvm.runtime.tensor(np.zeros((1, 7, 7, 128), "float32"), device=dev)
-        ex["main"](tvm.runtime.tensor(x, device=dev), tvm.runtime.tensor(w, device=dev), out)
-        np.testing.assert_allclose(out.numpy(), _reference("conv", [x, w]), rtol=1e-4, atol=1e-4)
+        tiles[above] = _predicted_tiles(tvm, mod, target, [x, w], _reference("conv", [x, w]))
     (_, h, wd, c, *_), (_, h0, _, c0, *_) = tiles[0.0], tiles[math.inf]
     assert c == [2, 1, 1, 64] and h == [1, 1, 7, 1] and wd == [1, 1, 7, 1], tiles
     assert c0[-1] == 16 and c0[0] == 1 and h0[0] > 1, tiles  # before: rows split, 2 vectors
@@ -242,16 +231,8 @@ def test_a_short_last_reduction_axis_brings_the_axes_before_it_inside(tvm: Any, 
     inner = {}
     for on in (False, True):
         monkeypatch.setattr(predict, "INNER_REDUCTION_ALL", on)
-        got = predict.predict_program(mod, target)
-        assert not isinstance(got, str), got
-        insts, decisions = got.sch.trace.as_json()
-        tiles = [[int(v) for v in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
+        tiles = _predicted_tiles(tvm, mod, target, [x, w], _reference("conv", [x, w]))
         inner[on] = [t[-1] for t in tiles if len(t) == 2]  # the reduction axes' inner tiles (rh, rw, rc)
-        ex = tvm.compile(got.sch.mod, target=target)
-        dev = tvm.cpu()
-        out = tvm.runtime.tensor(np.zeros((1, 14, 14, 32), "float32"), device=dev)
-        ex["main"](tvm.runtime.tensor(x, device=dev), tvm.runtime.tensor(w, device=dev), out)
-        np.testing.assert_allclose(out.numpy(), _reference("conv", [x, w]), rtol=1e-4, atol=1e-4)
     assert inner[False] == [1, 1, 3], inner
     assert inner[True][-1] == 3 and math.prod(inner[True]) >= 9, inner
 
