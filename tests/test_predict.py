@@ -395,3 +395,67 @@ def test_ranking_without_the_layout_rewrite_picks_the_same_program(tvm: Any, tar
     assert fast.sketch == full.sketch and fast.decisions == full.decisions
     assert tvm_ffi.structural_equal(fast.sch.mod, full.sch.mod)
     assert any(str(i[0]) == "TransformLayout" for i in fast.sch.trace.as_json()[0])  # the winner was prepacked
+
+
+def _depthwise_nhwc(tvm: Any, c: int, hw: int) -> Any:
+    from tvm import te, topi
+
+    x = te.placeholder((1, hw, hw, c), name="x")
+    w = te.placeholder((3, 3, c, 1), name="w")
+    return tvm.IRModule({"main": te.create_prim_func([x, w, topi.nn.depthwise_conv2d_nhwc(x, w, 1, 1, 1)])})
+
+
+def _locations(got: Any) -> list[int]:
+    insts, decisions = got.sch.trace.as_json()
+    return [int(d) for i, d in decisions if str(insts[int(i)][0]) == "SampleComputeLocation"]
+
+
+@pytest.mark.parametrize(("layout", "depthwise", "along"), [
+    ("NHWC", True, True), ("NCHW", True, False), ("NHWC", False, False), ("NCHW", False, False)])
+def test_a_padding_is_read_along_the_vector_axis_only_where_no_bound_tests_that_axis(
+        tvm: Any, layout: str, depthwise: bool, along: bool) -> None:
+    from tunecache.tvm_layer.tir import first_primfunc, iter_sblocks, reads_along_innermost
+
+    if depthwise:
+        mod = _depthwise_nhwc(tvm, 16, 14) if layout == "NHWC" else _depthwise(tvm, 16, 14)
+    else:
+        mod = te_conv(tvm, (1, 14, 14, 16) if layout == "NHWC" else (1, 16, 14, 14), 3, 16, pad=1, layout=layout)
+    _root, pad, conv = (str(b.name_hint) for b in iter_sblocks(first_primfunc(mod)))
+    assert reads_along_innermost(mod, conv, pad) is along
+    assert reads_along_innermost(mod, conv, "no_such_block") is None
+
+
+def test_a_depthwise_convs_padding_is_inlined_and_a_dense_convs_stays_at_the_root(
+        tvm: Any, target: Any, monkeypatch: Any) -> None:
+    """MobileNetV2's depthwise convs ran 0.55-0.84x the root's time with the padding inlined
+    (session 26); dense convs, which read it as scalars, 1.0-1.6x slower."""
+    import tunecache.search.narrow.align as align
+    from tunecache.search.predict import predict_program
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 28, 28, 32)).astype("float32")
+    w = rng.standard_normal((3, 3, 32, 1)).astype("float32")
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(xp[:, dy:dy + 28, dx:dx + 28, :] * w[dy, dx, :, 0] for dy in range(3) for dx in range(3))
+    mod = _depthwise_nhwc(tvm, 32, 28)
+    got = predict_program(mod, target)
+    assert not isinstance(got, str), got
+    assert _locations(got) == [-2]
+    assert "pad" not in " ".join(str(b.name_hint) for b in _blocks(got.sch.mod)).lower()
+    ex = tvm.compile(got.sch.mod, target=target)
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), device=dev)
+    ex["main"](tvm.runtime.tensor(x, device=dev), tvm.runtime.tensor(w, device=dev), out)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+    dense = predict_program(te_conv(tvm, (1, 14, 14, 32), 3, 32, pad=1, layout="NHWC"), target)
+    assert not isinstance(dense, str) and _locations(dense) == [-1]
+    monkeypatch.setattr(align, "INLINE_ALONG_VECTOR", False)
+    rooted = predict_program(mod, target)
+    assert not isinstance(rooted, str) and _locations(rooted) == [-1]
+
+
+def _blocks(mod: Any) -> list[Any]:
+    from tunecache.tvm_layer.tir import first_primfunc, iter_sblocks
+
+    return list(iter_sblocks(first_primfunc(mod)))

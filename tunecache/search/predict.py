@@ -25,7 +25,8 @@ sampled decision analytically, from the target and the host's caches, instead of
 * other tiles (an ``rfactor`` split): the inner part a SIMD width;
 * **unroll** (``SampleCategorical``): :data:`UNROLL` (a middle value of ``[0, 16, 64, 512]``);
 * **compute locations**: the block's root where TVM accepts it (as a replay's open sites:
-  :func:`~tunecache.search.narrow.align.open_picks`), inlining only when nothing else is.
+  :func:`~tunecache.search.narrow.align.open_picks`), inlining only when nothing else is, or
+  where the tiled block reads it along its vector axis (a depthwise conv's padding: inlined).
 
 One candidate per sketch is replayed and postprocessed with the repository's
 :class:`~tunecache.search.narrow.align.Materializer`; a static score of the postprocessed TIR
@@ -604,7 +605,8 @@ def predict_program(mod: Any, target: Any, *, seed: int = 0) -> Prediction | str
             # middle accepted loop, which keeps a row's stages together (root 1.4-1.7x slower,
             # the deepest loop 10x on a 12x128x128 softmax). A depthwise conv's padding per
             # innermost tile instead of at the root: 0.64-0.86x on stride-2 depthwise convs,
-            # 4-12x slower on 7x7 and 14x14 ones (MobileNetV2, interleaved, load 6): root kept.
+            # 4-12x slower on 7x7 and 14x14 ones (MobileNetV2, interleaved, load 6): root kept;
+            # inlined, 0.55-0.84x the root's time on all seven (session 26): open_picks inlines it.
             if tiled:
                 pick = open_picks(mat, open_sk, dict(chosen), 1)[0]
             else:

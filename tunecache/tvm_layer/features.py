@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunecache.tvm_layer import load_tvm
-from tunecache.tvm_layer.tir import first_primfunc
+from tunecache.tvm_layer.tir import first_primfunc, region_buffer
 
 __all__ = ["CpuFeatures", "CudaFeatures", "cpu_features", "cuda_features"]
 
@@ -242,7 +242,7 @@ def _footprint(sites: list[tuple[_BlockSite, int]]) -> int:
                 lo, hi = 0, (_int(iv.dom.extent) or 1) - 1
             iter_dom[iv.var] = sym.IntervalSet(lo, hi)
         for region in list(block.reads) + list(block.writes):
-            buf = region.source if hasattr(region, "source") else region.buffer
+            buf = region_buffer(region)
             box: list[tuple[int, int]] = []
             for dim, rng in enumerate(region.region):
                 s = analyzer.int_set(rng.min, iter_dom)

@@ -21,6 +21,8 @@ __all__ = [
     "first_primfunc",
     "Block",
     "collect_blocks",
+    "reads_along_innermost",
+    "region_buffer",
     "iter_sblocks",
     "const_int",
     "load_class",
@@ -210,6 +212,53 @@ def collect_blocks(func: Any) -> list[Block]:
             store = stmt.body if isinstance(stmt.body, BufferStore) else None
             out.append(Block(stmt, str(stmt.name_hint), iters, extents, kinds, store))
     return out
+
+
+def region_buffer(region: Any) -> Any:
+    """The buffer of a block's read or write region (``source`` in TVM 0.27, ``buffer`` before)."""
+    return region.source if hasattr(region, "source") else region.buffer
+
+
+def reads_along_innermost(mod: Any, consumer: str, producer: str) -> bool | None:
+    """Whether block ``consumer`` reads what block ``producer`` writes along its innermost
+    spatial iterator (the axis a CPU schedule vectorizes), in dimensions that ``producer``'s
+    condition does not test (a padding's bounds); ``None`` when either block is missing.
+
+    A depthwise NHWC convolution reads its padded input ``pad_temp[n, y + ry, x + rx, c]`` along
+    its output channel ``c``, which no padding bound tests: inlined, one condition serves a
+    whole vector load. A dense NHWC convolution reads ``pad_temp[n, y + ry, x + rx, rc]``: a
+    scalar per multiply-add, whatever its vector axis; an NCHW one along ``x``, which the
+    padding tests lane by lane.
+    """
+    from tvm.tirx import BufferStore, IterVar, Select
+
+    Call = call_class()
+    func = first_primfunc(mod)
+    blocks = {str(b.name_hint): b for b in iter_sblocks(func)}
+    cons, prod = blocks.get(consumer), blocks.get(producer)
+    if cons is None or prod is None:
+        return None
+    spatial = [iv.var for iv in cons.iter_vars if int(iv.iter_type) == IterVar.DataPar]
+    if not spatial or not isinstance(prod.body, BufferStore):
+        return False
+    tested: set[Any] = set()  # the producer's variables its conditions read
+    for e in walk_expr(prod.body.value):
+        if isinstance(e, Select):
+            tested |= vars_in(e.condition)
+        elif isinstance(e, Call) and str(getattr(e.op, "name", "")).endswith(".if_then_else"):
+            tested |= vars_in(e.args[0])
+    padded = {k for k, index in enumerate(prod.body.indices) if any(v in tested for v in vars_in(index))}
+    inner = spatial[-1]
+    along = False
+    for region in cons.reads:
+        if not region_buffer(region).same_as(prod.body.buffer):
+            continue
+        for k, rng in enumerate(region.region):
+            if any(inner.same_as(v) for v in vars_in(rng.min)):
+                if k in padded:
+                    return False
+                along = True
+    return along
 
 
 def load_class() -> Any:
