@@ -200,8 +200,8 @@ def test_a_large_panel_with_few_rows_is_split_by_channels_with_every_row_per_red
     """A 7x7 NHWC conv whose weights exceed SPLIT_WEIGHTS_ABOVE L2 caches (ResNet's last stage:
     predicted 4.4 -> 1.6-2.1 ms, docs/NOTES.md session 25): its output channels are split between
     the cores, its 1-row register tile gets 8 vectors (8 accumulators on AVX2) instead of 2, and
-    all 49 output pixels sit inside one outer-reduction step; below the threshold the tiles are
-    as before. Both programs compute the convolution."""
+    all 49 output pixels sit inside one outer-reduction step; below the threshold the rows are
+    split between the cores. Both programs compute the convolution."""
     from tunecache.search import predict
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "haswell"})
@@ -214,7 +214,8 @@ def test_a_large_panel_with_few_rows_is_split_by_channels_with_every_row_per_red
         tiles[above] = _predicted_tiles(tvm, mod, target, [x, w], _reference("conv", [x, w]))
     (_, h, wd, c, *_), (_, h0, _, c0, *_) = tiles[0.0], tiles[math.inf]
     assert c == [2, 1, 1, 64] and h == [1, 1, 7, 1] and wd == [1, 1, 7, 1], tiles
-    assert c0[-1] == 16 and c0[0] == 1 and h0[0] > 1, tiles  # before: rows split, 2 vectors
+    # below it: the rows split between the cores, 7 rows of 1 vector (FILL_ACCUMULATORS)
+    assert c0[-1] == 8 and c0[0] == 1 and h0[0] > 1 and tiles[math.inf][2][-1] == 7, tiles
 
 
 def test_a_short_last_reduction_axis_brings_the_axes_before_it_inside(tvm: Any, target: Any,
@@ -459,3 +460,19 @@ def _blocks(mod: Any) -> list[Any]:
     from tunecache.tvm_layer.tir import first_primfunc, iter_sblocks
 
     return list(iter_sblocks(first_primfunc(mod)))
+
+
+def test_a_7_wide_output_gets_7_rows_of_accumulators_not_1(tvm: Any, target: Any, monkeypatch: Any) -> None:
+    """A 7x7 output's 7 columns have no divisor near the 4 rows wanted: the register tile had
+    1 row (2 accumulators); MobileNetV2's 7x7 1x1 convs ran 0.36-0.5x as long with 7 rows."""
+    import tunecache.search.predict as predict
+
+    mod = te_conv(tvm, (1, 7, 7, 64), 1, 128, layout="NHWC")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 7, 7, 64)).astype("float32")
+    w = rng.standard_normal((1, 1, 64, 128)).astype("float32")
+    want = np.einsum("nhwc,ck->nhwk", x, w[0, 0])
+    tiles = _predicted_tiles(tvm, mod, target, [x, w], want)
+    assert tiles[2][-1] == 7 and tiles[3][-1] % predict._lanes(target) == 0
+    monkeypatch.setattr(predict, "FILL_ACCUMULATORS", False)
+    assert _predicted_tiles(tvm, mod, target, [x, w], want)[2][-1] == 1

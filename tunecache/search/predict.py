@@ -86,6 +86,10 @@ SPLIT_WEIGHTS_ABOVE = 2.0
 #: side by side (session 25, Zen 3): ResNet-18 3.0 -> 1.34 ms, ResNet-50 3.2 -> 1.5, VGG-16
 #: 3.0 -> 1.7, MobileNetV2 0.48 -> 0.22, ViT's 16x16 patches 2.0 -> 1.55; depthwise convs as fast.
 INNER_REDUCTION_ALL = True
+#: Where the register tile holds fewer accumulators than ``ROWS x VECTORS`` (a row axis of 7 or
+#: 14 with no divisor near the rows wanted), choose its rows and vectors again to hold more
+#: (:func:`_tile_group`). ``False``: keep the row axis' largest divisor below the rows wanted.
+FILL_ACCUMULATORS = True
 #: Vectors of the register tile along the vector axis (innermost tile = VECTORS x SIMD width).
 VECTORS = 2
 #: Most vectors of a split panel's register tile when its row axis gives few rows (a 7x7 conv's
@@ -344,6 +348,23 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
             if more > t[vec][-1]:
                 rem[vec] = rem[vec] * t[vec][-1] // more
                 t[vec][-1] = more
+    if (FILL_ACCUMULATORS and row is not None and vec is not None and not few_rows and not padded_row
+            and not vec_looped and t[vec][-1] % lanes == 0):
+        # A row axis with no divisor near the rows wanted (a 7x7 output's 7 columns: 1 row, so
+        # 2 accumulators, a quarter of what hides the FMA latency): the rows and vectors that
+        # hold the most accumulators up to the wanted count within the vector registers, fewest
+        # loads a step next (7 rows x 1 vector on AVX2). Only from a 1-row tile: 14 columns'
+        # 2 rows x 2 vectors made 2 x 4 ran 1.0-1.45x as long (ResNet-50's 14x14 1x1 convs).
+        acc_wanted = (ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)) * VECTORS
+        regs = 32 if lanes * 8 * dtype_bytes >= 512 else 16
+        r0, v0 = t[row][-1], t[vec][-1] // lanes
+        if r0 == 1 < ext[row] and r0 * v0 < acc_wanted:
+            fits = [(r * v, -(r + v), r, v) for r in _divisors(ext[row]) for v in range(1, MAX_VECTORS + 1)
+                    if ext[vec] % (v * lanes) == 0 and r * v <= acc_wanted and r * v + v + 1 <= regs]
+            _, _, r1, v1 = max(fits, default=(0, 0, r0, v0))
+            if r1 * v1 > r0 * v0:
+                t[row][-1], rem[row] = r1, ext[row] // r1
+                t[vec][-1], rem[vec] = v1 * lanes, ext[vec] // (v1 * lanes)
     # Parallel items: outermost level, outer axes first; leave the vector axis unless needed.
     want = cores * PAR_PER_CORE
     have = 1
