@@ -86,9 +86,11 @@ SPLIT_WEIGHTS_ABOVE = 2.0
 #: side by side (session 25, Zen 3): ResNet-18 3.0 -> 1.34 ms, ResNet-50 3.2 -> 1.5, VGG-16
 #: 3.0 -> 1.7, MobileNetV2 0.48 -> 0.22, ViT's 16x16 patches 2.0 -> 1.55; depthwise convs as fast.
 INNER_REDUCTION_ALL = True
-#: Where the register tile holds fewer accumulators than ``ROWS x VECTORS`` (a row axis of 7 or
-#: 14 with no divisor near the rows wanted), choose its rows and vectors again to hold more
-#: (:func:`_tile_group`). ``False``: keep the row axis' largest divisor below the rows wanted.
+#: Where the register tile is left with 1 row (a 7-wide output: no divisor near the rows wanted),
+#: choose its rows and vectors again to hold up to ``ROWS x VECTORS`` accumulators
+#: (:func:`_tile_group`; 7 x 1 on AVX2). Side by side (session 26, Zen 3, medians): MobileNetV2's
+#: five such kernels 2.15 -> 0.92 ms weighted, ResNet-18's 7x7 downsample 0.36 -> 0.13.
+#: ``False``: keep the 1-row tile.
 FILL_ACCUMULATORS = True
 #: Vectors of the register tile along the vector axis (innermost tile = VECTORS x SIMD width).
 VECTORS = 2
