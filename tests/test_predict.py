@@ -426,6 +426,21 @@ def test_a_padding_is_read_along_the_vector_axis_only_where_no_bound_tests_that_
     assert reads_along_innermost(mod, conv, "no_such_block") is None
 
 
+def test_a_producer_with_no_padding_is_not_read_along_the_vector_axis(tvm: Any) -> None:
+    """A transposed weight feeding a matmul is read along the matmul's columns, but it is no
+    padding: inlining it is not this rule's to choose."""
+    from tvm import te
+
+    from tunecache.tvm_layer.tir import reads_along_innermost
+
+    a, w = te.placeholder((16, 32), name="a"), te.placeholder((64, 32), name="w")
+    wt = te.compute((32, 64), lambda k, j: w[j, k], name="wt")
+    r = te.reduce_axis((0, 32), name="r")
+    c = te.compute((16, 64), lambda i, j: te.sum(a[i, r] * wt[r, j], axis=r), name="c")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, w, c])})
+    assert reads_along_innermost(mod, "c", "wt") is False
+
+
 def test_a_depthwise_convs_padding_is_inlined_and_a_dense_convs_stays_at_the_root(
         tvm: Any, target: Any, monkeypatch: Any) -> None:
     """MobileNetV2's depthwise convs ran 0.55-0.84x the root's time with the padding inlined

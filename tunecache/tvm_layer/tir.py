@@ -220,9 +220,10 @@ def region_buffer(region: Any) -> Any:
 
 
 def reads_along_innermost(mod: Any, consumer: str, producer: str) -> bool | None:
-    """Whether block ``consumer`` reads what block ``producer`` writes along its innermost
-    spatial iterator (the axis a CPU schedule vectorizes), in dimensions that ``producer``'s
-    condition does not test (a padding's bounds); ``None`` when either block is missing.
+    """Whether block ``consumer`` reads what block ``producer``, a padding (a condition in its
+    value), writes along its innermost spatial iterator (the axis a CPU schedule vectorizes), in
+    dimensions that condition does not test; ``None`` when either block is missing. ``False``
+    for a producer with no condition (a transpose inlined might be read against its layout).
 
     A depthwise NHWC convolution reads its padded input ``pad_temp[n, y + ry, x + rx, c]`` along
     its output channel ``c``, which no padding bound tests: inlined, one condition serves a
@@ -247,6 +248,8 @@ def reads_along_innermost(mod: Any, consumer: str, producer: str) -> bool | None
             tested |= vars_in(e.condition)
         elif isinstance(e, Call) and str(getattr(e.op, "name", "")).endswith(".if_then_else"):
             tested |= vars_in(e.args[0])
+    if not tested:
+        return False
     padded = {k for k, index in enumerate(prod.body.indices) if any(v in tested for v in vars_in(index))}
     inner = spatial[-1]
     along = False
