@@ -66,20 +66,31 @@ def _task(tvm: Any, kind: str) -> Any:
     return _softmax(tvm)
 
 
-def _predicted_tiles(tvm: Any, mod: Any, target: Any, inputs: list[np.ndarray], want: np.ndarray) -> list[list[int]]:
-    """The tiles (``SamplePerfectTile`` decisions, in order) of ``mod``'s predicted program, after
-    building it and checking its output on ``inputs`` against ``want``."""
+def _checked_prediction(tvm: Any, mod: Any, target: Any, inputs: list[np.ndarray], want: np.ndarray) -> Any:
+    """``mod``'s predicted program, after building it and checking its output on ``inputs``
+    against ``want``."""
     from tunecache.search.predict import predict_program
 
     got = predict_program(mod, target)
     assert not isinstance(got, str), got
-    insts, decisions = got.sch.trace.as_json()
     ex = tvm.compile(got.sch.mod, target=target)
     dev = tvm.cpu()
     out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), device=dev)
     ex["main"](*(tvm.runtime.tensor(x, device=dev) for x in inputs), out)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
-    return [[int(x) for x in d] for i, d in decisions if str(insts[int(i)][0]) == "SamplePerfectTile"]
+    return got
+
+
+def _decisions(got: Any, kind: str) -> list[Any]:
+    """The decisions of a predicted program's ``kind`` instructions, in order."""
+    insts, decisions = got.sch.trace.as_json()
+    return [d for i, d in decisions if str(insts[int(i)][0]) == kind]
+
+
+def _predicted_tiles(tvm: Any, mod: Any, target: Any, inputs: list[np.ndarray], want: np.ndarray) -> list[list[int]]:
+    """The tiles (``SamplePerfectTile`` decisions, in order) of ``mod``'s checked prediction."""
+    got = _checked_prediction(tvm, mod, target, inputs, want)
+    return [[int(x) for x in d] for d in _decisions(got, "SamplePerfectTile")]
 
 
 @pytest.mark.parametrize("kind", ["dense", "conv", "softmax"])
@@ -407,8 +418,7 @@ def _depthwise_nhwc(tvm: Any, c: int, hw: int) -> Any:
 
 
 def _locations(got: Any) -> list[int]:
-    insts, decisions = got.sch.trace.as_json()
-    return [int(d) for i, d in decisions if str(insts[int(i)][0]) == "SampleComputeLocation"]
+    return [int(d) for d in _decisions(got, "SampleComputeLocation")]
 
 
 @pytest.mark.parametrize(("layout", "depthwise", "along"), [
@@ -447,6 +457,7 @@ def test_a_depthwise_convs_padding_is_inlined_and_a_dense_convs_stays_at_the_roo
     (session 26); dense convs, which read it as scalars, 1.0-1.6x slower."""
     import tunecache.search.narrow.align as align
     from tunecache.search.predict import predict_program
+    from tunecache.tvm_layer.tir import first_primfunc, iter_sblocks
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 28, 28, 32)).astype("float32")
@@ -454,15 +465,10 @@ def test_a_depthwise_convs_padding_is_inlined_and_a_dense_convs_stays_at_the_roo
     xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
     want = sum(xp[:, dy:dy + 28, dx:dx + 28, :] * w[dy, dx, :, 0] for dy in range(3) for dx in range(3))
     mod = _depthwise_nhwc(tvm, 32, 28)
-    got = predict_program(mod, target)
-    assert not isinstance(got, str), got
+    got = _checked_prediction(tvm, mod, target, [x, w], want)
     assert _locations(got) == [-2]
-    assert "pad" not in " ".join(str(b.name_hint) for b in _blocks(got.sch.mod)).lower()
-    ex = tvm.compile(got.sch.mod, target=target)
-    dev = tvm.cpu()
-    out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), device=dev)
-    ex["main"](tvm.runtime.tensor(x, device=dev), tvm.runtime.tensor(w, device=dev), out)
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    blocks = " ".join(str(b.name_hint) for b in iter_sblocks(first_primfunc(got.sch.mod)))
+    assert "pad" not in blocks.lower(), blocks
 
     dense = predict_program(te_conv(tvm, (1, 14, 14, 32), 3, 32, pad=1, layout="NHWC"), target)
     assert not isinstance(dense, str) and _locations(dense) == [-1]
@@ -471,15 +477,9 @@ def test_a_depthwise_convs_padding_is_inlined_and_a_dense_convs_stays_at_the_roo
     assert not isinstance(rooted, str) and _locations(rooted) == [-1]
 
 
-def _blocks(mod: Any) -> list[Any]:
-    from tunecache.tvm_layer.tir import first_primfunc, iter_sblocks
-
-    return list(iter_sblocks(first_primfunc(mod)))
-
-
 def test_a_7_wide_output_gets_7_rows_of_accumulators_not_1(tvm: Any, target: Any, monkeypatch: Any) -> None:
     """A 7x7 output's 7 columns have no divisor near the 4 rows wanted: the register tile had
-    1 row (2 accumulators); MobileNetV2's 7x7 1x1 convs ran 0.36-0.5x as long with 7 rows."""
+    1 row (2 accumulators); MobileNetV2's 7x7 1x1 convs ran 0.36-0.52x as long with 7 rows."""
     import tunecache.search.predict as predict
 
     mod = te_conv(tvm, (1, 7, 7, 64), 1, 128, layout="NHWC")
