@@ -92,6 +92,9 @@ INNER_REDUCTION_ALL = True
 #: five such kernels 2.15 -> 0.92 ms weighted, ResNet-18's 7x7 downsample 0.36 -> 0.13.
 #: ``False``: keep the 1-row tile.
 FILL_ACCUMULATORS = True
+#: Where the row axis' divisor stops short of the rows wanted (a 14-wide output: 2 rows), take
+#: the rest of the register tile's rows from the spatial axis before it (:func:`_tile_group`).
+ROWS_FROM_TWO_AXES = True
 #: Vectors of the register tile along the vector axis (innermost tile = VECTORS x SIMD width).
 VECTORS = 2
 #: Most vectors of a split panel's register tile when its row axis gives few rows (a 7x7 conv's
@@ -367,6 +370,18 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
             if r1 * v1 > r0 * v0:
                 t[row][-1], rem[row] = r1, ext[row] // r1
                 t[vec][-1], rem[vec] = v1 * lanes, ext[vec] // (v1 * lanes)
+    if (ROWS_FROM_TWO_AXES and row is not None and vec is not None and not weights_split and not weights_streamed
+            and not padded_row and not vec_looped):
+        # A row axis whose divisor stops short of the rows wanted (a 14x14 output's 14 columns:
+        # 2 rows): the spatial axis before it gives the rest (2 x 2 output pixels), the same
+        # vectors.
+        wanted = ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)
+        if t[vec][-1] % lanes == 0 and t[vec][-1] < lanes * VECTORS:
+            wanted = wanted * lanes * VECTORS // t[vec][-1]
+        others = [idx for idx in real if idx not in (vec, row)]
+        if others and 1 < t[row][-1] < wanted:
+            f = _largest_divisor(ext[others[-1]], wanted // t[row][-1])
+            t[others[-1]][-1], rem[others[-1]] = f, ext[others[-1]] // f
     # Parallel items: outermost level, outer axes first; leave the vector axis unless needed.
     want = cores * PAR_PER_CORE
     have = 1
