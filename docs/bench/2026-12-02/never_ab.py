@@ -1,4 +1,4 @@
-"""tune="never" (predicted programs only) with session 26's two prediction changes off and on,
+"""tune="never" (predicted programs only) with session 26's three prediction changes off and on,
 plus ONNX Runtime, alternating in one process."""
 import os, sys, time, tempfile, warnings
 warnings.simplefilter("ignore")
@@ -13,7 +13,7 @@ spec = sys.argv[1]
 module, inputs, name = _engines.load(spec)
 cms = {}
 for label, on in (("before", False), ("after", True)):
-    P.FILL_ACCUMULATORS = on; A.INLINE_ALONG_VECTOR = on
+    P.FILL_ACCUMULATORS = on; A.INLINE_ALONG_VECTOR = on; P.ROWS_FROM_TWO_AXES = on
     cms[label] = tunecache.compile(module, example_inputs=inputs, store=os.path.join(tempfile.mkdtemp(), "s.db"), tune="never", progress=False, library_cache=False)
     print(label, cms[label].report.summary(), file=sys.stderr)
 p = os.path.join(tempfile.mkdtemp(), "m.onnx")
