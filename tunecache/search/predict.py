@@ -303,6 +303,10 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
             row = free[-1]
     rem = dict(ext)
     padded_row = False
+    # Rows of the register tile wanted with VECTORS vectors (half the vector registers hold
+    # ROWS x VECTORS accumulators); rows_wanted is adjusted below for a narrower vector tile.
+    base_rows = ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)
+    rows_wanted = base_rows
     # Register tile: innermost level.
     if vec is not None:
         t[vec][-1] = _vector_tile(ext[vec], lanes)
@@ -324,7 +328,6 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
             t[row][-1] = _largest_divisor(ext[row], rows_wanted)
             rem[row] //= t[row][-1]
     elif row is not None:
-        rows_wanted = ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)
         if vec is not None and t[vec][-1] % lanes == 0 and t[vec][-1] < lanes * VECTORS:
             rows_wanted = rows_wanted * lanes * VECTORS // t[vec][-1]  # as many accumulators
         t[row][-1] = _largest_divisor(ext[row], rows_wanted)
@@ -343,7 +346,7 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
                      and not vec_looped and n_s >= 3 and panel > SPLIT_WEIGHTS_ABOVE * caches.l2)
     few_rows = False
     if weights_split and row is not None and vec is not None:
-        acc_wanted = (ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)) * VECTORS
+        acc_wanted = base_rows * VECTORS
         few_rows = t[vec][-1] % lanes == 0 and 2 * t[row][-1] * (t[vec][-1] // lanes) <= acc_wanted
         if few_rows:
             # A 7x7 or 14x14 conv's 1-2 output columns: more vectors instead, so the register
@@ -360,7 +363,7 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
         # hold the most accumulators up to the wanted count within the vector registers, fewest
         # loads a step next (7 rows x 1 vector on AVX2). Only from a 1-row tile: 14 columns'
         # 2 rows x 2 vectors made 2 x 4 ran 1.0-1.45x as long (ResNet-50's 14x14 1x1 convs).
-        acc_wanted = (ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)) * VECTORS
+        acc_wanted = base_rows * VECTORS
         regs = 32 if lanes * 8 * dtype_bytes >= 512 else 16
         r0, v0 = t[row][-1], t[vec][-1] // lanes
         if r0 == 1 < ext[row] and r0 * v0 < acc_wanted:
@@ -375,12 +378,9 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
         # A row axis whose divisor stops short of the rows wanted (a 14x14 output's 14 columns:
         # 2 rows): the spatial axis before it gives the rest (2 x 2 output pixels), the same
         # vectors.
-        wanted = ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)
-        if t[vec][-1] % lanes == 0 and t[vec][-1] < lanes * VECTORS:
-            wanted = wanted * lanes * VECTORS // t[vec][-1]
         others = [idx for idx in real if idx not in (vec, row)]
-        if others and 1 < t[row][-1] < wanted:
-            f = _largest_divisor(ext[others[-1]], wanted // t[row][-1])
+        if others and 1 < t[row][-1] < rows_wanted:
+            f = _largest_divisor(ext[others[-1]], rows_wanted // t[row][-1])
             t[others[-1]][-1], rem[others[-1]] = f, ext[others[-1]] // f
     # Parallel items: outermost level, outer axes first; leave the vector axis unless needed.
     want = cores * PAR_PER_CORE
