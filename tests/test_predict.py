@@ -477,20 +477,24 @@ def test_a_depthwise_convs_padding_is_inlined_and_a_dense_convs_stays_at_the_roo
     assert not isinstance(rooted, str) and _locations(rooted) == [-1]
 
 
+def _pointwise_tiles(tvm: Any, target: Any, hw: int) -> list[list[int]]:
+    """The checked prediction's tiles of an NHWC 1x1 conv, ``hw`` x ``hw`` x 64 -> 128 channels."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, hw, hw, 64)).astype("float32")
+    w = rng.standard_normal((1, 1, 64, 128)).astype("float32")
+    mod = te_conv(tvm, (1, hw, hw, 64), 1, 128, layout="NHWC")
+    return _predicted_tiles(tvm, mod, target, [x, w], np.einsum("nhwc,ck->nhwk", x, w[0, 0]))
+
+
 def test_a_7_wide_output_gets_7_rows_of_accumulators_not_1(tvm: Any, target: Any, monkeypatch: Any) -> None:
     """A 7x7 output's 7 columns have no divisor near the 4 rows wanted: the register tile had
     1 row (2 accumulators); MobileNetV2's 7x7 1x1 convs ran 0.36-0.52x as long with 7 rows."""
     import tunecache.search.predict as predict
 
-    mod = te_conv(tvm, (1, 7, 7, 64), 1, 128, layout="NHWC")
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, 7, 7, 64)).astype("float32")
-    w = rng.standard_normal((1, 1, 64, 128)).astype("float32")
-    want = np.einsum("nhwc,ck->nhwk", x, w[0, 0])
-    tiles = _predicted_tiles(tvm, mod, target, [x, w], want)
+    tiles = _pointwise_tiles(tvm, target, 7)
     assert tiles[2][-1] == 7 and tiles[3][-1] % predict._lanes(target) == 0
     monkeypatch.setattr(predict, "FILL_ACCUMULATORS", False)
-    assert _predicted_tiles(tvm, mod, target, [x, w], want)[2][-1] == 1
+    assert _pointwise_tiles(tvm, target, 7)[2][-1] == 1
 
 
 def test_a_14_wide_output_takes_its_other_rows_from_the_axis_before(tvm: Any, target: Any,
@@ -500,13 +504,8 @@ def test_a_14_wide_output_takes_its_other_rows_from_the_axis_before(tvm: Any, ta
     import tunecache.search.predict as predict
 
     monkeypatch.setattr(predict, "ROWS", 4)
-    mod = te_conv(tvm, (1, 14, 14, 64), 1, 128, layout="NHWC")
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, 14, 14, 64)).astype("float32")
-    w = rng.standard_normal((1, 1, 64, 128)).astype("float32")
-    want = np.einsum("nhwc,ck->nhwk", x, w[0, 0])
-    tiles = _predicted_tiles(tvm, mod, target, [x, w], want)
+    tiles = _pointwise_tiles(tvm, target, 14)
     assert (tiles[1][-1], tiles[2][-1]) == (2, 2), tiles
     monkeypatch.setattr(predict, "ROWS_FROM_TWO_AXES", False)
-    tiles = _predicted_tiles(tvm, mod, target, [x, w], want)
+    tiles = _pointwise_tiles(tvm, target, 14)
     assert (tiles[1][-1], tiles[2][-1]) == (1, 2), tiles

@@ -263,7 +263,8 @@ def _parallel_enough(pool: list[tuple[float, int, dict[int, Any], str]], spaces:
 
 def _seed_candidates(state: Any, seeds: Sequence[Any]) -> list[Any]:
     """Candidates of ``seeds`` (plain trace JSON: the task's predicted program) replayed on the
-    task as they are, the open compute locations at the block's root where TVM accepts it; a
+    task as they are, the open compute locations as :func:`~tunecache.search.narrow.align.open_picks`
+    orders them (the block's root where TVM accepts it; a depthwise conv's padding inlined); a
     seed that does not replay is counted in the materializer and skipped."""
     from tunecache.errors import InvalidRecordError
     from tunecache.search.narrow.align import Skeleton, open_picks
