@@ -326,7 +326,9 @@ def test_search_measures_within_its_budget_and_finds_a_valid_program(tvm: Any, t
     assert res.trials == 6 and res.valid >= 1 and len(res.curve) == 6
     assert res.rounds == 2 and res.cold_rounds == 1  # the first round had no trained model
     assert list(res.curve) == sorted(res.curve, reverse=True)
-    assert res.best_latency_s == pytest.approx(res.curve[-1])
+    # the fastest were measured again at the end: the best is the least of their medians
+    assert len(res.remeasured_latency) >= min(3, res.valid) and res.valid >= 2
+    assert res.best_latency_s == pytest.approx(min(m for _, m, _ in res.remeasured_latency))
     assert len(db.get_all_tuning_records()) == 6
     assert not list(tmp_path.glob("tc-build-*"))  # every build deleted once measured
 
@@ -433,6 +435,41 @@ def test_search_measures_the_tasks_predicted_program_first(tvm: Any, target: Any
     assert res.trials == 3 and len(recs) == 3
     firsts = [r for r in recs if tiles(r.trace.as_json()) == tiles(own)]
     assert len(firsts) == 1 and res.curve[0] == pytest.approx(float(np.median([float(x) for x in firsts[0].run_secs])))
+
+
+def test_the_seed_is_measured_again_at_the_end_beside_the_fastest(tvm: Any, target: Any, tmp_path: Any) -> None:
+    """The task's predicted program (a seed of ``search_full``'s gradient search on a task with
+    nothing stored) is re-measured at the end with the fastest candidate however its first
+    measurement went (ResNet-50 lost a seed 1.4x faster than the stored program to one unlucky
+    measurement); the store ranks the re-measured records by their medians, with a ``cv``, so
+    the re-measurement after the plan skips them."""
+    from tunecache.search.execute import NodeSpec, search_context, search_full
+    from tunecache.search.predict import predicted_trace
+    from tunecache.store import open_store
+    from tunecache.store.records import decode_trace
+    from tunecache.tvm_layer.convert import workload_of
+    from tunecache.tvm_layer.target import hardware_key
+
+    conv = te_conv(tvm, (1, 14, 14, 16), 3, 32, pad=1, layout="NHWC")
+    own = predicted_trace(conv, target)
+    assert own is not None
+    spec = NodeSpec("n0", "conv", workload_of(conv)[0], conv, 1.0, 1.0)
+    store, hw = open_store(str(tmp_path / "seed.db")), hardware_key(target)
+    with search_context(target, store, hw, full_trials=5, reuse_trials=0, seed=0, search="gradient") as ctx:
+        (out,) = search_full([spec], ctx)
+    assert out.outcome == "tuned" and out.trials == 5
+    recs = store.best_k(spec.key, hw, 10)
+    assert len(recs) == 5
+
+    def tiles(trace: Any) -> list[Any]:
+        insts, decisions = decode_trace(trace)
+        return [d for i, d in decisions if insts[i][0] == "SamplePerfectTile"]
+
+    (seeded,) = [r for r in recs if tiles(r.trace) == tiles(own)]
+    assert seeded.cv is not None  # measured again, whatever its rank after one measurement
+    again = [r for r in recs if r.cv is not None]
+    assert len(again) >= 2 and recs[0].cv is not None  # the stored best is a re-measured one
+    assert out.latency_s == pytest.approx(recs[0].latency_s)
 
 
 def test_points_without_parallel_items_leave_the_pool_where_the_sketch_has_them(spaces: dict[str, Any]) -> None:

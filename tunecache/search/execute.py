@@ -280,8 +280,9 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
         trials = budgets[s.node] if max_total is None else min(budgets[s.node], max_total - base)
         if trials < 1:
             break
+        committed: list[str] = []  # record uids in the order the search measured them
         db = make_database(ctx.store, ctx.hardware, ctx.target, provenance=_prov(ctx.hardware, "tuned"),
-                           names={s.key.shash: s.name})
+                           names={s.key.shash: s.name}, on_commit=_appending_uids(committed))
         t0 = time.time()
         # A task with nothing stored measures its predicted program first: 32 trials of the
         # gradient search found 3.55 ms for ResNet-18's 56x56 3x3 conv, the prediction 1.22 ms
@@ -303,6 +304,7 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
                         s.name, type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
             continue
         base += res.trials
+        _set_remeasured(ctx, committed, res.remeasured_latency)
         if stop_requested():  # this task's records are committed; a rerun resumes the rest
             raise Interrupted(base)
         latency = _best_latency(ctx, s.key)
@@ -311,6 +313,22 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
                                   time.time() - t0, note=f"{note} (gradient)" if ok else "no candidate built and ran",
                                   latency_s=latency)
     return out
+
+
+def _appending_uids(uids: list[str]) -> Callable[[Any], None]:
+    """A database's ``on_commit`` that appends each committed record's uid to ``uids``."""
+    return lambda event: uids.append(event.record.uid)
+
+
+def _set_remeasured(ctx: SearchContext, committed: Sequence[str],
+                    remeasured: Sequence[tuple[int, float, float]]) -> None:
+    """Make the ranking latency of each record a search measured again at its end (``(trial,
+    median_s, cv)``; ``committed``: the record uids in the order measured) that median: the
+    store ranks them by it, and the bests' re-measurement after the plan
+    (:func:`~tunecache.search.remeasure.remeasure_bests`) skips them."""
+    for trial, median_s, cv in remeasured:
+        if 0 <= trial < len(committed):
+            ctx.store.set_latency(committed[trial], median_s, cv)
 
 
 def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
@@ -343,7 +361,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
                            source=str(source.key), note="the plan's trial budget is spent", latency_s=latency)
     committed: list[str] = []  # record uids in the order the narrowed search measured them
     db = make_database(store, hardware, ctx.target, provenance=_prov(hardware, "reused", source.key, sources[0].uid),
-                       names={spec.key.shash: spec.name}, on_commit=lambda e: committed.append(e.record.uid))
+                       names={spec.key.shash: spec.name}, on_commit=_appending_uids(committed))
     t0 = time.time()
     # The task's own predicted program is one more source, second so that round 0 measures it:
     # a far source (a classifier's 1-row matmul reused by BERT's 128-row dense ran 5x slower
@@ -363,11 +381,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
         reraise_store_error(db, err)
         raise
     secs = time.time() - t0
-    # Its fastest candidates were measured again, interleaved: the store ranks them by that, and
-    # the bests' re-measurement after the plan (remeasure_bests) skips them.
-    for trial, median_s, cv in res.remeasured_latency:
-        if 0 <= trial < len(committed):
-            store.set_latency(committed[trial], median_s, cv)
+    _set_remeasured(ctx, committed, res.remeasured_latency)
     if stop_requested():
         raise Interrupted(res.trials)
     far = _far(source, spec)

@@ -332,6 +332,16 @@ class NarrowedSearch:
             top = sorted(self.measured_valid, key=lambda c: c.latency_s or math.inf)[:top_k]
         self.best = min(self.measured_valid, key=lambda c: c.latency_s or math.inf)
 
+    def remeasured_latency(self) -> tuple[tuple[int, float, float], ...]:
+        """``(trial, median_s, cv)`` of every candidate measured more than once
+        (:meth:`remeasure`): what the caller makes the committed records' ranking latencies."""
+        out = []
+        for c in self.measured_valid:
+            if c.trial is not None and len(c.samples) > 1:
+                rm = Remeasurement.from_samples(c.samples)
+                out.append((c.trial, rm.median_s, rm.cv))
+        return tuple(out)
+
     def _remeasure_pass(self, cands: list[Candidate], rounds: int) -> None:
         """Run ``cands`` ``rounds`` times, interleaved (building those whose build was not kept),
         and make each one's latency the median of all its samples."""
@@ -580,8 +590,6 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
     search.remeasure(remeasure_top, remeasure_rounds, also=zero_cand)
     zero = None if zero_cand is None else zero_cand.latency_s
     winner = search.best
-    remeasured = [(c.trial, Remeasurement.from_samples(c.samples)) for c in search.measured_valid
-                  if c.trial is not None and len(c.samples) > 1]
     source_valid = [search.source_valid.get(i, 0) for i in range(len(sources))]
     return NarrowResult(
         best_trace=None if winner is None else decode_trace(winner.sch.trace.as_json()),
@@ -598,6 +606,6 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
         failed_run=search.failed_run,
         history=tuple(history),
         remeasured=search.remeasured,
-        remeasured_latency=tuple((t, rm.median_s, rm.cv) for t, rm in remeasured),
+        remeasured_latency=search.remeasured_latency(),
         rebuilt=search.rebuilt,
     )
