@@ -304,7 +304,9 @@ def search_gradient(specs: Sequence[NodeSpec], budgets: dict[str, int], ctx: Sea
                         s.name, type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
             continue
         base += res.trials
-        _set_remeasured(ctx, committed, res.remeasured_latency)
+        # Ranked by the medians of the search's last measurements (its seed among them), without
+        # a cv: the bests' re-measurement after the plan still takes its 10 samples of the top 2.
+        _set_remeasured(ctx, committed, res.remeasured_latency, trusted=False)
         if stop_requested():  # this task's records are committed; a rerun resumes the rest
             raise Interrupted(base)
         latency = _best_latency(ctx, s.key)
@@ -321,14 +323,15 @@ def _appending_uids(uids: list[str]) -> Callable[[Any], None]:
 
 
 def _set_remeasured(ctx: SearchContext, committed: Sequence[str],
-                    remeasured: Sequence[tuple[int, float, float]]) -> None:
+                    remeasured: Sequence[tuple[int, float, float]], *, trusted: bool = True) -> None:
     """Make the ranking latency of each record a search measured again at its end (``(trial,
     median_s, cv)``; ``committed``: the record uids in the order measured) that median: the
-    store ranks them by it, and the bests' re-measurement after the plan
-    (:func:`~tunecache.search.remeasure.remeasure_bests`) skips them."""
+    store ranks them by it. ``trusted``: with the cv, so the bests' re-measurement after the plan
+    (:func:`~tunecache.search.remeasure.remeasure_bests`) skips them; else without, so it
+    re-measures the top of that ranking."""
     for trial, median_s, cv in remeasured:
         if 0 <= trial < len(committed):
-            ctx.store.set_latency(committed[trial], median_s, cv)
+            ctx.store.set_latency(committed[trial], median_s, cv if trusted else None)
 
 
 def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
