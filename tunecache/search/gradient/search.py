@@ -74,7 +74,8 @@ class GradientResult:
     Attributes
     ----------
     best_latency_s
-        The best measured latency (``None`` if nothing ran).
+        The best latency: the median of its samples where it was measured again at the end,
+        else its one measurement (``None`` if nothing ran).
     best_trace
         The best program's trace JSON (``None`` if nothing ran).
     trials
