@@ -305,7 +305,8 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     padded_row = False
     # Rows of the register tile wanted with VECTORS vectors (half the vector registers hold
     # ROWS x VECTORS accumulators); rows_wanted is adjusted below for a narrower vector tile.
-    base_rows = ROWS if ROWS is not None else (8 if lanes * 8 * dtype_bytes >= 512 else 4)
+    wide = lanes * 8 * dtype_bytes >= 512  # 512-bit vectors: 32 vector registers, else 16
+    base_rows = ROWS if ROWS is not None else (8 if wide else 4)
     rows_wanted = base_rows
     # Register tile: innermost level.
     if vec is not None:
@@ -364,7 +365,7 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
         # loads a step next (7 rows x 1 vector on AVX2). Only from a 1-row tile: 14 columns'
         # 2 rows x 2 vectors made 2 x 4 ran 1.0-1.45x as long (ResNet-50's 14x14 1x1 convs).
         acc_wanted = base_rows * VECTORS
-        regs = 32 if lanes * 8 * dtype_bytes >= 512 else 16
+        regs = 32 if wide else 16
         r0, v0 = t[row][-1], t[vec][-1] // lanes
         if r0 == 1 < ext[row] and r0 * v0 < acc_wanted:
             fits = [(r * v, -(r + v), r, v) for r in _divisors(ext[row]) for v in range(1, MAX_VECTORS + 1)
