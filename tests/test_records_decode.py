@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 from tunecache.errors import InvalidRecordError, TunecacheError
 from tunecache.store import HardwareKey, Provenance, Record, Store, WorkloadKey
-from tunecache.store.records import decode_args_info, decode_json_text, decode_run_secs, decode_trace
+from tunecache.store.records import (
+    MAX_DEPTH,
+    decode_args_info,
+    decode_json_text,
+    decode_run_secs,
+    decode_trace,
+    decode_trace_text,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
@@ -53,6 +60,42 @@ def test_rejected_records_leave_the_store_untouched(trace: object, secs: list) -
         return
     store.commit_record(r)
     assert store.count_records() == 1
+
+
+@SETTINGS
+@given(json_values | st.tuples(st.lists(st.tuples(st.sampled_from(["Split", "x y"]), st.lists(st.integers()),
+                                                  st.lists(json_values, max_size=2), st.just([])).map(list),
+                                        max_size=3),
+                               st.lists(st.tuples(st.integers(-1, 3), json_values).map(list), max_size=2)).map(list))
+def test_a_stored_trace_decodes_as_the_walking_decoder_says(value: object) -> None:
+    """A store reads traces with :func:`decode_trace_text` (numbers checked while parsing, no walk
+    over every value): for any JSON, the same trace or the same refusal as decode_trace."""
+    text = json.dumps(value)
+    try:
+        want: object = decode_trace(value)
+    except InvalidRecordError:
+        want = InvalidRecordError
+    try:
+        got: object = decode_trace_text(text)
+    except InvalidRecordError:
+        got = InvalidRecordError
+    assert got == want
+
+
+def test_nesting_and_numbers_are_checked_in_stored_text() -> None:
+    deepest = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    assert decode_json_text(deepest) is not None
+    with pytest.raises(InvalidRecordError, match="nested deeper"):
+        decode_json_text("[" + deepest + "]")
+    with pytest.raises(InvalidRecordError, match="nested deeper"):
+        decode_json_text('{"a": ' * (MAX_DEPTH + 1) + "1" + "}" * (MAX_DEPTH + 1))
+    assert decode_json_text('["[[[[", {"k": "]]"}]') == ["[[[[", {"k": "]]"}]
+    with pytest.raises(InvalidRecordError, match="out of range"):
+        decode_trace_text(json.dumps([[["Split", [2**70], [], []]], []]))
+    with pytest.raises(InvalidRecordError, match="non-finite"):
+        decode_trace_text('[[["Split", [1e400], [], []]], []]')
+    trace = [[["GetSBlock", [], ["C", "main"], ["b0"]], ["SamplePerfectTile", ["b0"], [4, 64], ["v1"]]], [[1, [2, 2]]]]
+    assert decode_trace_text(json.dumps(trace)) == trace
 
 
 def test_deeply_nested_json_is_rejected() -> None:

@@ -122,6 +122,13 @@ def read_store(store: Any, hardware: Any, *, limit: int = STORE_ROWS,
                workloads: int = STORE_WORKLOADS) -> StoreSample:
     """Training rows and stored neighbours from the newest ``limit`` valid records of ``hardware``
     (of its newest ``workloads`` workloads)."""
+    from tunecache.gcpause import gc_paused
+
+    with gc_paused():  # thousands of decoded traces and features: nothing cyclic (tunecache.gcpause)
+        return _read_store(store, hardware, limit, workloads)
+
+
+def _read_store(store: Any, hardware: Any, limit: int, workloads: int) -> StoreSample:
     from tunecache.tvm_layer.convert import workload_from_json
 
     mods: dict[Any, Any] = {}

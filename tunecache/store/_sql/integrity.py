@@ -20,7 +20,7 @@ from tunecache.errors import InvalidRecordError, TunecacheError
 from tunecache.store._sql.schema import HardwareRow, RecordRow, WorkloadRow
 from tunecache.store._sql.store import Store
 from tunecache.store.keys import WorkloadKey
-from tunecache.store.records import decode_args_info, decode_json_text, decode_run_secs, decode_trace, mean_latency
+from tunecache.store.records import decode_args_info, decode_json_text, decode_run_secs, decode_trace_text, mean_latency
 
 __all__ = ["IntegrityReport", "check_store"]
 
@@ -146,7 +146,7 @@ def check_store(store: Store, *, replay: TraceReplayer | None = None,
                     orphans.append(f"record {uid}: missing {'workload' if wid not in wl_ids else 'hardware'} row")
                     continue
                 try:
-                    decode_trace(decode_json_text(trace_json, "trace"))
+                    decode_trace_text(trace_json)
                     secs = decode_run_secs(decode_json_text(secs_json, "run_secs"))
                     decode_args_info(decode_json_text(args_json, "args_info"))
                 except InvalidRecordError as err:

@@ -19,7 +19,7 @@ from tunecache.store.records import (
     decode_args_info,
     decode_json_text,
     decode_run_secs,
-    decode_trace,
+    decode_trace_text,
 )
 from tunecache.store.values import ReuseEntry, StoredWorkload
 
@@ -124,7 +124,7 @@ def record_value(row: RecordRow, workload: WorkloadKey, hardware: HardwareKey) -
     return Record(
         workload=workload,
         hardware=hardware,
-        trace=decode_trace(decode_json_text(row.trace_json, "trace")),
+        trace=decode_trace_text(row.trace_json),
         run_secs=decode_run_secs(decode_json_text(row.run_secs_json, "run_secs")),
         latency_s=row.latency_s,
         args_info=decode_args_info(decode_json_text(row.args_info_json, "args_info")),

@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
 from tunecache.errors import InvalidRecordError, StoreError
+from tunecache.gcpause import gc_paused
 from tunecache.store._sql.engine import Database
 from tunecache.store._sql.rows import (
     hardware_columns,
@@ -546,7 +547,11 @@ class Store(BaseStore):
             q = _records_query(hardware, workload, family, valid_only).order_by(RecordRow.id)
             if limit is not None:
                 q = q.limit(limit)
-            return [record_value(r, WorkloadKey(w.shash, w.mod_eq), hardware_value(h)) for r, w, h in sess.execute(q)]
+            # A trace decodes into a list per instruction: the cyclic collector, left running, traced
+            # the growing page again and again (674 BERT records: 0.44 s, paused 0.10 s; Zen 4).
+            with gc_paused():
+                return [record_value(r, WorkloadKey(w.shash, w.mod_eq), hardware_value(h))
+                        for r, w, h in sess.execute(q)]
 
         return self._db.run(do, write=False)
 
@@ -570,8 +575,9 @@ class Store(BaseStore):
                  .order_by(RecordRow.id.desc() if newest_first else RecordRow.id).limit(batch))
             if after is not None:
                 q = q.where(RecordRow.id < after if newest_first else RecordRow.id > after)
-            return [(r.id, record_value(r, WorkloadKey(w.shash, w.mod_eq), hardware_value(h)))
-                    for r, w, h in sess.execute(q)]
+            with gc_paused():  # as in records()
+                return [(r.id, record_value(r, WorkloadKey(w.shash, w.mod_eq), hardware_value(h)))
+                        for r, w, h in sess.execute(q)]
 
         while True:
             rows = self._db.run(page, write=False)
