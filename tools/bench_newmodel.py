@@ -24,6 +24,13 @@ reported apart, not counted). Then, for each new model, side by side in one run:
   time of a bare untuned build (import, prepare, build with no database), the reference of the
   replay arm's compile-time goal.
 
+The replay arm's compile time against an untuned build is also measured the way a user meets it
+(``--fresh-compile-rounds``, default 2): each compile in a fresh process (one untimed import of
+the model first: the first ``torch.export`` of a process pays ~3 s of warm-up), the untuned build
+and the replay compile alternating. In the bench's own process the replay compile follows other
+arms' compiles and runs beside every compiled model (10.8 GB in session 27): its 11.7x there was
+not a replay cost. The goal is judged on the fresh-process ratio when it was measured.
+
 Every copy of the warm store is made with SQLite's backup API (the store runs in WAL mode: a file
 copy can miss committed pages), so no arm changes what the next one sees. Libraries are never
 loaded from the library cache (``library_cache=False``): every compile generates code.
@@ -240,6 +247,48 @@ def compile_arm(model: Any, inputs: Any, store: Path, *, tune: str, budget: int,
         if real is not None:
             rung.predict_task = real  # type: ignore[assignment]
     return cm, {"compile_wall_s": wall, **summarize(cm.report)}
+
+
+#: One timed compile in a fresh process: ``python -c FRESH_CHILD ROOT SPEC MODE [STORE]``; MODE is
+#: ``untuned`` (import, prepare, build with no database) or ``replay`` (``compile(tune="never")``
+#: on STORE). The model is imported once untimed first. Prints the seconds.
+FRESH_CHILD = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from tunecache.models import load_model_spec
+from tunecache.tvm_layer import frontend
+model, inputs, _ = load_model_spec(sys.argv[2])
+inputs = tuple(inputs) if inputs is not None else ()
+frontend.import_model(model, inputs)
+t0 = time.time()
+if sys.argv[3] == "untuned":
+    frontend.build(frontend.prepare_for_tuning(frontend.import_model(model, inputs), None), None)
+else:
+    import tunecache
+    tunecache.compile(model, example_inputs=inputs, store="sqlite:///" + sys.argv[4], tune="never",
+                      progress=False, library_cache=False)
+print(time.time() - t0)
+"""
+
+
+def fresh_process_compiles(spec: str, warm_db: Path, work: Path, rounds: int) -> dict[str, Any]:
+    """The replay compile and an untuned build, each in a fresh process, alternating ``rounds``
+    times (:data:`FRESH_CHILD`); the replay compiles a fresh copy of the warm store each time."""
+    import subprocess
+
+    times: dict[str, list[float]] = {"untuned_build_s": [], "replay_compile_s": []}
+    for r in range(rounds):
+        for mode in (("untuned", "replay") if r % 2 == 0 else ("replay", "untuned")):
+            cmd = [sys.executable, "-c", FRESH_CHILD, str(ROOT), spec, mode]
+            if mode == "replay":
+                cmd.append(str(sqlite_copy(warm_db, work / f"{slug(spec)}-replay-fresh.db")))
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+            if done.returncode != 0:
+                raise RuntimeError(f"{mode} compile in a fresh process failed: {done.stderr.strip()[-500:]}")
+            times["untuned_build_s" if mode == "untuned" else "replay_compile_s"].append(
+                float(done.stdout.strip().splitlines()[-1]))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {**times, "ratio": ratio(med["replay_compile_s"], med["untuned_build_s"]), "rounds": rounds}
 
 
 def untuned_build_seconds(model: Any, inputs: Any) -> float:
@@ -689,6 +738,14 @@ def run_model(spec: str, args: argparse.Namespace, warm_db: Path, work: Path) ->
         "vs_untuned_arm": ratio(rep.get("compile_wall_s"), unt.get("compile_wall_s")),
         "vs_untuned_build": ratio(rep.get("compile_wall_s"), res.get("untuned_build_s")),
     }
+    if args.fresh_compile_rounds > 0 and rep.get("counts"):
+        log(f"{spec}: replay compile vs untuned build, fresh processes, {args.fresh_compile_rounds} rounds")
+        try:
+            apart = fresh_process_compiles(spec, warm_db, work, args.fresh_compile_rounds)
+            res["replay_compile_vs_untuned"]["fresh_processes"] = apart
+            log(f"{spec}: fresh processes: replay {apart['replay_compile_s']} s, untuned {apart['untuned_build_s']} s")
+        except Exception as err:  # noqa: BLE001
+            res["replay_compile_vs_untuned"]["fresh_processes"] = error_of(err)
     res["goals"] = goals(res)
     log(f"{spec}: " + ", ".join(
         f"{a} {info['latency_vs_reference']:.3f}x" for a, info in res["arms"].items()
@@ -718,7 +775,8 @@ def goals(res: dict[str, Any]) -> dict[str, Any]:
     rp = arms.get("replay", {})
     if rp.get("counts"):
         out["replay<=1.3x_full"] = lat.get("replay") is not None and lat["replay"] <= 1.3
-        c = res["replay_compile_vs_untuned"]["vs_untuned_build"]
+        cmp = res["replay_compile_vs_untuned"]
+        c = (cmp.get("fresh_processes") or {}).get("ratio") or cmp["vs_untuned_build"]
         out["replay_compile<=1.5x_untuned"] = c is not None and c <= 1.5
     if lat.get("topk") is not None:
         for a in ("tunecache", "replay"):
@@ -851,10 +909,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernels", action="store_true",
                     help="also measure every arm's program of every task alone, in alternating rounds "
                          "(which tasks make each arm's latency)")
+    ap.add_argument("--fresh-compile-rounds", type=int, default=2, metavar="N",
+                    help="time the replay compile against an untuned build in fresh processes, N alternating "
+                         "rounds (0: only in the bench's own process; default: %(default)s)")
     ap.add_argument("--no-progress", dest="progress", action="store_false", help="no tuning progress lines")
     args = ap.parse_args(argv)
-    if args.budget < 1 or args.rounds < 1:
-        ap.error("--budget and --rounds must be >= 1")
+    if args.budget < 1 or args.rounds < 1 or args.fresh_compile_rounds < 0:
+        ap.error("--budget and --rounds must be >= 1, --fresh-compile-rounds >= 0")
 
     tmp = None
     if args.work is None:
