@@ -304,3 +304,40 @@ def test_the_stores_cost_model_decides_between_a_replay_and_the_prediction(
     assert task.outcome == "predicted" and task.trials == 0 and "its source's work" in task.note, task
     x, w = _inputs(32, 64, 48)
     np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_program_llvm_compiles_with_its_accumulators_in_memory_is_passed_over(
+        warm: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replayed matmul whose machine code loads and stores its accumulator around every FMA
+    (BERT's 64-token FFN: 5.4 ms against 1.35 with another row split, session 28) gives way to
+    the source's next program, and the note says why. Which program LLVM mis-compiles depends on
+    the CPU and the shapes, so the count is faked for the first program built; the count itself
+    is tested on real builds in test_codecheck.py."""
+    from tunecache import replay
+    from tunecache.search.narrow.replay import replayed_record
+    from tunecache.tvm_layer import codecheck, frontend
+    from tunecache.tvm_layer.codecheck import FmaCount
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    target = resolve_target(None)
+    hw = hardware_key(target)
+    (task,) = frontend.extract_tasks(frontend.prepare_for_tuning(relax_matmul_relu(32, 64, 48), target), target)
+    store = open_store(copy_sqlite(warm[0], tmp_path / "spill.db"))
+    (src,) = [w for w in store.workloads() if store.best_k(w.key, hw, 1)]
+    first, second = replay.cheap_builds_first(store.best_k(src.key, hw, replay.PROGRAMS_PER_SOURCE))[:2]
+    judged: list[Any] = []
+
+    def count(mod: Any, tgt: Any) -> FmaCount:
+        judged.append(mod)
+        return FmaCount(fmas=16, in_memory=16 if len(judged) == 1 else 0)
+
+    monkeypatch.setattr(codecheck, "accumulators_in_memory", count)
+    got = replay.replay_misses([task], target, hw, store, predict=False)[task.key]
+    assert len(judged) == 2 and got.how == "replayed" and got.record is not None
+    assert f"passed over: {src.desc.name}'s program {first.uid[:8]} compiles with 16 of its 16 FMAs" in got.note
+    served = replayed_record(second, task.mod, task.key, hw, target)
+    assert not isinstance(served, str) and got.record.trace == served.trace  # the source's second program
+
+    monkeypatch.setattr(codecheck, "accumulators_in_memory", lambda mod, tgt: FmaCount(fmas=16, in_memory=9))
+    none = replay.replay_misses([task], target, hw, store, predict=False)[task.key]
+    assert none.record is None and "could be replayed" in none.note and "9 of its 16 FMAs" in none.note

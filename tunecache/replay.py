@@ -37,12 +37,24 @@ from tunecache.search.narrow.align import UNROLL_KEYS
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Record
 
-__all__ = ["HEAVY_UNROLL", "NEAR_TIE", "PREDICTION_WINS", "PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE",
-           "RECOMPUTE_GROWTH", "SOURCES_TRIED", "Replay", "cheap_builds_first", "replay_misses", "second_opinion",
-           "unroll_steps"]
+__all__ = ["CODE_CHECKED", "HEAVY_UNROLL", "MEMORY_ACCUMULATORS", "NEAR_TIE", "PREDICTION_WINS",
+           "PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE", "RECOMPUTE_GROWTH", "SOURCES_TRIED", "Replay",
+           "cheap_builds_first", "replay_misses", "second_opinion", "unroll_steps"]
 
 log = logging.getLogger("tunecache")
 
+#: Operator families whose replayed programs are built alone before they are served, and passed
+#: over for the next when at least :data:`MEMORY_ACCUMULATORS` of their FMAs keep the accumulator
+#: in memory (:mod:`tunecache.tvm_layer.codecheck`: BERT's 64-token FFN replayed with one row split
+#: ran 5.4 ms against 1.35 ms with another, every FMA loading and storing its accumulator; AMD EPYC
+#: Zen 4, session 28). A matmul builds alone in 0.03-0.2 s; convolutions (0.2-0.5 s each, 20-50 a
+#: CNN) are not checked.
+CODE_CHECKED = frozenset({"matmul", "batch_matmul"})
+#: Share of a kernel's FMAs with the accumulator in memory from which a replay is passed over: the
+#: failure above had all of them (48 of 48, 24 of 24), register tiles too large for the 32 ``zmm``
+#: registers spill a quarter (96 of 384) or a sixteenth (1 of 16), and measured bests of the
+#: session-29 zoo store none of their matmuls.
+MEMORY_ACCUMULATORS = 0.5
 #: Stored workloads tried per miss, best expected quality first.
 SOURCES_TRIED = 3
 #: Programs of one source tried (its best first) before the next source.
@@ -190,6 +202,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                           f"{max(ratio, 1 / ratio):.0f}x {'less' if ratio > 1 else 'more'} work: few of its "
                           "tiles fit", work=work)
         grown: list[tuple[float, Replay, str]] = []
+        passed: list[str] = []  # programs passed over for what LLVM made of them
         for s in near[:sources]:
             source_mod: list[Any] = []  # the source's own module, decoded once if needed
             for rec in cheap_builds_first(store.best_k(s.key, hw, programs)):
@@ -208,14 +221,19 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                               "0 measurements", work=work, source_latency_s=scaled,
                               source_work=float(s.nest.work))
                 if growth is None or growth <= RECOMPUTE_GROWTH:
-                    return replace(made, note=f"{made.note}; passed over: {grown[0][2]}") if grown else made
+                    spilled = _accumulators_in_memory(d.nest.family, t.key, got, target)
+                    if spilled is not None:
+                        passed.append(f"{s.name}'s program {rec.uid[:8]} {spilled}")
+                        continue
+                    over = [g[2] for g in grown[:1]] + passed[:2]
+                    return replace(made, note=f"{made.note}; passed over: {'; '.join(over)}") if over else made
                 why_not = (f"{s.name}'s program {rec.uid[:8]} recomputes {growth:.2f}x the arithmetic per unit "
                            "of work here that it does on its source")
                 grown.append((growth, replace(made, note=f"{made.note}, although {why_not}"), why_not))
         if grown:
             return min(grown, key=lambda g: g[0])[1]
         return Replay(t.key, None, str(near[0].key), near[0].name,
-                      "no similar stored program could be replayed: " + "; ".join(reasons[:3]), work=work)
+                      "no similar stored program could be replayed: " + "; ".join([*passed, *reasons][:3]), work=work)
 
     def serve(item: tuple[Any, Any]) -> Replay:
         t, d = item
@@ -398,6 +416,22 @@ def _recompute_growth(rec: Record, got: Record, source: WorkloadKey, source_mod:
         return None
     here, base, there, source_base = (float(c) for c in counts if c is not None)
     return (here / base) / (there / source_base)
+
+
+def _accumulators_in_memory(family: str, key: WorkloadKey, got: Record, target: Any) -> str | None:
+    """Why a replayed program of a :data:`CODE_CHECKED` task must not be served, read from its
+    machine code (:func:`tunecache.tvm_layer.codecheck.accumulators_in_memory`), or ``None``."""
+    from tunecache.tvm_layer import scheduled
+    from tunecache.tvm_layer.codecheck import accumulators_in_memory
+
+    if family not in CODE_CHECKED:
+        return None
+    mod = scheduled.recall(key.shash, got.trace, target)
+    count = None if mod is None else accumulators_in_memory(mod, target)
+    if count is None or count.share < MEMORY_ACCUMULATORS:
+        return None
+    return (f"compiles with {count.in_memory} of its {count.fmas} FMAs loading and storing their "
+            "accumulator in memory (LLVM kept the register tile out of registers)")
 
 
 def _predict(task: Any, target: Any, hw: HardwareKey, missed: Replay) -> Replay:
