@@ -47,13 +47,13 @@ log = logging.getLogger("tunecache")
 #: over for the next when at least :data:`MEMORY_ACCUMULATORS` of their FMAs keep the accumulator
 #: in memory (:mod:`tunecache.tvm_layer.codecheck`: BERT's 64-token FFN replayed with one row split
 #: ran 5.4 ms against 1.35 ms with another, every FMA loading and storing its accumulator; AMD EPYC
-#: Zen 4, session 28). A matmul builds alone in 0.03-0.2 s; convolutions (0.2-0.5 s each, 20-50 a
-#: CNN) are not checked.
+#: Zen 4, session 28). A matmul builds alone in 0.05-0.11 s (BERT's 4-5 checked matmuls: +0.15-0.2 s
+#: of wall over two threads, session 29); convolutions (0.2-0.5 s each, 20-50 a CNN) are not checked.
 CODE_CHECKED = frozenset({"matmul", "batch_matmul"})
 #: Share of a kernel's FMAs with the accumulator in memory from which a replay is passed over: the
-#: failure above had all of them (48 of 48, 24 of 24), register tiles too large for the 32 ``zmm``
-#: registers spill a quarter (96 of 384) or a sixteenth (1 of 16), and measured bests of the
-#: session-29 zoo store none of their matmuls.
+#: failure above had all of them (48 of 48; rows ``[1, 8, 1, 8]``: 24 of 24); register tiles larger
+#: than the 32 ``zmm`` registers spill part of theirs to the stack (64 accumulators: 96 of 384;
+#: 16 rows x 4 vectors: 14 of 64; AMD EPYC Zen 4, docs/bench/2026-12-05/sketch_memacc.py).
 MEMORY_ACCUMULATORS = 0.5
 #: Stored workloads tried per miss, best expected quality first.
 SOURCES_TRIED = 3

@@ -9,8 +9,9 @@ accumulator loaded and stored around each one) and ran 5.4 ms, where the same tr
 ``[2, 2, 1, 16]`` (same register tile, another parallel split) kept its 16 accumulators in
 ``zmm`` registers and ran 1.35 ms (AMD EPYC Zen 4; docs/NOTES.md, session 28). The TIR of the
 two differs only in loop extents; nothing short of compiling tells them apart. A measured
-search never keeps such a program (it is measured slow); a zero-trial replay or prediction
-would serve it, so those are built alone and looked at first (a matmul builds in 0.03-0.06 s).
+search never keeps such a program (it is measured slow); a zero-trial replay would serve it, so
+a replayed matmul is built alone and looked at first (``tunecache.replay.CODE_CHECKED``; BERT's
+and ViT's matmuls build alone in 0.05-0.11 s).
 
 The count reads x86 assembly (AT&T syntax, as LLVM prints it): an FMA whose result is stored at
 once to the address it read its addend from, either as its memory operand
