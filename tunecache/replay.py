@@ -50,11 +50,16 @@ log = logging.getLogger("tunecache")
 #: Zen 4, session 28). A matmul builds alone in 0.05-0.11 s (BERT's 4-5 checked matmuls: +0.15-0.2 s
 #: of wall over two threads, session 29); convolutions (0.2-0.5 s each, 20-50 a CNN) are not checked.
 CODE_CHECKED = frozenset({"matmul", "batch_matmul"})
-#: Share of a kernel's FMAs with the accumulator in memory from which a replay is passed over: the
-#: failure above had all of them (48 of 48; rows ``[1, 8, 1, 8]``: 24 of 24); register tiles larger
-#: than the 32 ``zmm`` registers spill part of theirs to the stack (64 accumulators: 96 of 384;
-#: 16 rows x 4 vectors: 14 of 64; AMD EPYC Zen 4, docs/bench/2026-12-05/sketch_memacc.py).
-MEMORY_ACCUMULATORS = 0.5
+#: Share of a kernel's FMAs with the accumulator in memory from which a replay is passed over.
+#: BERT's 64-token FFN over its design space (docs/bench/2026-12-05/memacc_speed.log, side by side,
+#: AMD EPYC Zen 4): every variant at or above it ran 3-20x slower than the same task's good splits
+#: (1.35-1.41 ms): 48 of 48 FMAs 4.04 ms, 24 of 24 3.68, 16 of 16 28.7, 46 of 48 27.0, 96 of 384
+#: (64 accumulators, spilled) 15.1, 14 of 64 (16 rows x 4 vectors, spilled to the stack) 4.10. Of the
+#: best 3 measured programs of every tiled workload in session 29's zoo store (177), no matmul has
+#: any; convolutions (not checked) up to 72 of 171 (MobileNetV2's depthwise ones). Below it the
+#: count says little: tiles of 32 accumulators that spill 1-7 of 96 FMAs ran 2.1-2.4x slower, with
+#: an operand rather than an accumulator out of registers.
+MEMORY_ACCUMULATORS = 0.2
 #: Stored workloads tried per miss, best expected quality first.
 SOURCES_TRIED = 3
 #: Programs of one source tried (its best first) before the next source.
