@@ -726,6 +726,11 @@ def run_model(spec: str, args: argparse.Namespace, warm_db: Path, work: Path) ->
         mine, theirs = info.get("rounds") or [], refd.get("rounds") or []
         if len(mine) == len(theirs) > 1:
             info["latency_vs_reference_paired"] = statistics.median(a / b for a, b in zip(mine, theirs, strict=True))
+            # Best rounds: this shared VM switches between a quiet and a contended state for minutes
+            # at a time, and programs slow down by different amounts in the second (BERT 64, session
+            # 29: 12 rounds at full 58 / tunecache 57-58 ms, then 18 at 65 / 69 ms). The medians
+            # follow whichever state held most rounds; the fastest round of each arm is the quiet one.
+            info["latency_vs_reference_best"] = min(mine) / min(theirs)
         if ref_arm == "full":
             info["tuning_time_vs_full"] = ratio(info.get("seconds_tuning"), refd.get("seconds_tuning"))
             info["trials_vs_full"] = ratio(info.get("trials"), refd.get("trials"))
@@ -795,8 +800,8 @@ def f(x: Any, fmt: str) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = (f"{'model':<34} {'arm':<9} {'lat/ref':>8} {'paired':>7} {'tune_s':>8} {'t/full':>7} {'trials':>6} "
-            f"{'hit':>4} {'repl':>4} {'pred':>4} {'reuse':>5} {'tuned':>5} {'esc':>3} {'fb':>3}")
+    head = (f"{'model':<34} {'arm':<9} {'lat/ref':>8} {'paired':>7} {'best':>6} {'tune_s':>8} {'t/full':>7} "
+            f"{'trials':>6} {'hit':>4} {'repl':>4} {'pred':>4} {'reuse':>5} {'tuned':>5} {'esc':>3} {'fb':>3}")
     lines = [head, "-" * len(head)]
     for res in results:
         for arm in ARMS:
@@ -809,7 +814,8 @@ def table(results: list[dict[str, Any]]) -> str:
             c = i["counts"]
             lines.append(
                 f"{res['model'][:34]:<34} {arm:<9} {f(i.get('latency_vs_reference'), '8.3f')} "
-                f"{f(i.get('latency_vs_reference_paired'), '7.3f')} {f(i.get('seconds_tuning'), '8.1f')} "
+                f"{f(i.get('latency_vs_reference_paired'), '7.3f')} {f(i.get('latency_vs_reference_best'), '6.3f')} "
+                f"{f(i.get('seconds_tuning'), '8.1f')} "
                 f"{f(i.get('tuning_time_vs_full'), '7.3f')} {i['trials']:>6} "
                 f"{c['hit']:>4} {c['replayed']:>4} {c.get('predicted', 0):>4} {c['reused']:>5} {c['tuned']:>5} "
                 f"{i['escalated']:>3} "
