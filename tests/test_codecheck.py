@@ -52,6 +52,7 @@ def test_a_reduction_outside_a_large_tile_accumulates_in_memory(tvm: Any, target
     registers; the predicted program of a small matmul keeps its register tile in registers."""
     from tvm.script import tirx as T
 
+    from tunecache.replay import MEMORY_ACCUMULATORS
     from tunecache.search.predict import predict_program
     from tunecache.tvm_layer.codecheck import accumulators_in_memory
 
@@ -72,7 +73,8 @@ def test_a_reduction_outside_a_large_tile_accumulates_in_memory(tvm: Any, target
     got = predict_program(te_matmul(tvm, 64, 128, 64), target)
     assert not isinstance(got, str), got
     good = accumulators_in_memory(got.sch.mod, target)
-    assert good is not None and good.fmas > 0 and good.in_memory == 0, good
+    # None on Zen 4 (AVX-512); on other vector widths a spill may show, never what a replay refuses.
+    assert good is not None and good.fmas > 0 and good.share < MEMORY_ACCUMULATORS, good
 
 
 def test_a_target_whose_assembly_is_not_read_is_not_judged(tvm: Any) -> None:
