@@ -17,7 +17,9 @@ made it 1.07x (docs/newmodel.md, session 17), and a classifier's 1-row program r
 than the prediction on BERT's dense (session 11). Of a source's programs (best first), one that
 executes more arithmetic per unit of work on the miss than on its source
 (:data:`RECOMPUTE_GROWTH`: a reduction recomputed inside a loop that grew) is passed over for
-the next, since its source's latency says nothing of the extra work.
+the next, since its source's latency says nothing of the extra work; so is a replayed matmul
+whose machine code keeps its accumulators in memory (:data:`CODE_CHECKED`,
+:data:`MEMORY_ACCUMULATORS`), which no measurement of its source could show either.
 
 A miss with nothing to replay gets a program chosen from its own design space without
 measuring (:func:`tunecache.search.predict.predict_task`, reported ``predicted``). Replayed and
