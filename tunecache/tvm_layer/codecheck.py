@@ -22,12 +22,12 @@ targets are not read (``None``).
 
 from __future__ import annotations
 
-import platform
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from tunecache.tvm_layer import load_tvm
+from tunecache.tvm_layer.target import host_triple
 
 __all__ = ["FmaCount", "accumulators_in_memory", "count_memory_accumulators"]
 
@@ -133,8 +133,8 @@ def accumulators_in_memory(mod: Any, target: Any) -> FmaCount | None:
     tvm = load_tvm()
     if str(target.kind.name) != "llvm":
         return None
-    triple = str(target.attrs.get("mtriple", "") or "") or platform.machine().lower()
-    if not triple.startswith(("x86_64", "amd64", "i686", "i386")):
+    triple = str(target.attrs.get("mtriple", "") or "") or host_triple()
+    if not triple.startswith(("x86_64", "i686", "i386")):
         return None
     try:
         asm = tvm.tirx.build(mod, target=target).inspect_source("asm")

@@ -67,6 +67,7 @@ __all__ = [
     "GpuInfo",
     "resolve_target",
     "host_cpu_target",
+    "host_triple",
     "canonical_target",
     "target_dict",
     "target_kind",
@@ -356,7 +357,7 @@ def _parse_cli(text: str) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=1)
-def _host_triple() -> str:
+def host_triple() -> str:
     tvm = _tvm()
     return str(tvm.target.codegen.llvm_get_system_triple())
 
@@ -365,11 +366,11 @@ def _check_llvm(cfg: dict[str, Any]) -> None:
     """Reject an ``mcpu`` LLVM does not know; give a host target without ``num-cores`` the host's."""
     tvm = _tvm()
     triple = str(cfg.get("mtriple") or "")
-    host = not triple or triple in (_host_triple(), _default_triple())
+    host = not triple or triple in (host_triple(), _default_triple())
     mcpu = cfg.get("mcpu")
     if isinstance(mcpu, str) and mcpu:
         codegen = tvm.target.codegen
-        if not codegen.llvm_is_valid_cpu(mcpu, triple or _host_triple()):
+        if not codegen.llvm_is_valid_cpu(mcpu, triple or host_triple()):
             import difflib
 
             try:
@@ -379,7 +380,7 @@ def _check_llvm(cfg: dict[str, Any]) -> None:
                 known = []
             close = difflib.get_close_matches(mcpu, known, n=3)
             hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-            where = f"the triple {triple}" if triple else f"this host's triple {_host_triple()}"
+            where = f"the triple {triple}" if triple else f"this host's triple {host_triple()}"
             raise TargetError(
                 f"LLVM does not know the CPU mcpu={mcpu!r} for {where} (it would silently compile for a "
                 f"generic CPU): {hint}this host's CPU is {_host_mcpu()!r}, what the default target uses; "
