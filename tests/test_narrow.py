@@ -602,6 +602,44 @@ def test_a_simplified_trace_replays_on_its_own_task_as_itself(target: Any) -> No
             assert whole.mod.script() == short.mod.script()
 
 
+def test_a_predicted_padded_row_tile_is_kept_and_its_other_sites_move() -> None:
+    """A predicted program covers a prime row count with a padded register tile, a split of
+    literal factors. A narrowed search must measure it as predicted (moved onto the task's own
+    sketch, its split took the sampled 197 x 1 x 1 x 1 and ViT's dense ran 2.5x slower) and move
+    its other tiles, never the sampled decision the split ignores."""
+    import tvm_ffi
+
+    from tunecache.search.narrow.align import Materializer, Skeleton
+    from tunecache.search.narrow.moves import neighbour_decisions
+    from tunecache.search.predict import predict_program, predicted_trace
+
+    tvm = load_tvm("llvm")
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "haswell"})
+    mod = _matmul(197, 64, 32)
+    pred = predict_program(mod, target)
+    assert not isinstance(pred, str), pred
+    trace = predicted_trace(mod, target)
+    assert trace is not None
+    literal = [i for i, inst in enumerate(trace[0]) if inst[0] == "Split" and "None" in map(str, inst[1][1:])]
+    assert len(literal) == 1
+
+    mat = Materializer(mod, target, seed=0)
+    sk = mat.adapt(Skeleton(0, trace))
+    assert sk.insts[literal[0]] == trace[0][literal[0]]  # kept, not moved onto the sampled sketch
+    cand = mat.materialize(sk, dict(sk.decisions))
+    assert cand is not None
+    pred.sch.enter_postproc()
+    assert all(p.apply(pred.sch) for p in mat.postprocs)
+    assert tvm_ffi.structural_equal(cand.sch.mod, pred.sch.mod)
+    ignored = {i for i, inst in enumerate(sk.insts) if inst[0] == "SamplePerfectTile"} - set(sk.sites)
+    assert len(ignored) == 1  # the row sample the literal split ignores is no site to move
+    moved = [d for phase in PHASES for d in neighbour_decisions(sk, cand.decisions, phase)]
+    assert moved and all(d[i] == cand.decisions[i] for d in moved for i in ignored)
+    for d in moved[:3]:
+        c = mat.materialize(sk, d)
+        assert c is not None and "T.where" in c.sch.mod.script()  # still padded: the last tile predicated
+
+
 # -- features and cost ------------------------------------------------------------------------
 
 

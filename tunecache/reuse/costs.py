@@ -120,12 +120,19 @@ FAR_RATIO = 2.0**FAR_LOG2
 #: cannot take the source's tiles (a tile must divide the extent: it is 1 or the whole loop):
 #: ViT-B/16's 197-token layers reused from BERT's 128-token programs ran 0.18-0.51x their
 #: sources' throughput and 6 of 8 escalated to a full search after their narrowed one
-#: (docs/newmodel.md, sessions 16-17). A replay (``tunecache.replay``) predicts such a miss instead.
+#: (docs/newmodel.md, sessions 16-17). A replay (``tunecache.replay``) predicts such a miss instead;
+#: a narrowed search measures the task's own predicted program in its round 0 beside the
+#: source's (its row tiles padded past the prime, ``search.predict``) and searches around the
+#: faster.
 PRIME_EXTENT_ABOVE = 16
 #: Expected quality lost by a source whose tiles a prime extent cannot take
-#: (:func:`prime_extent`): a full latency ratio, so that a planner prices the reuse above a full
-#: search (``reuse.graph.reuse_weight``) and searches the task in full from the start.
-PRIME_PENALTY = 1.0
+#: (:func:`prime_extent`), as a latency ratio: enough that a source that shares the prime (ViT's
+#: own 197-row tasks) is preferred, far less than a full search (``reuse.graph.reuse_weight``):
+#: the narrowed search starts from the task's prediction, which on ViT-B/16's prime-197 tasks
+#: ran 0.953x a full search end to end (session 29). Session 17 priced it as a full search
+#: (1.0), when the prediction had no padded row tiles and 6 of 8 such narrowed searches
+#: escalated; measured again in session 30 (docs/newmodel.md).
+PRIME_PENALTY = 0.1
 
 
 def prime_extent(extents: Sequence[int], source: Sequence[int]) -> int | None:

@@ -98,6 +98,10 @@ class NodeSpec:
         The task's share of its plan (:func:`_work_shares`; 1 for a bridge): a reused task
         below :data:`ESCALATE_MIN_SHARE` is not escalated, one below
         :data:`REPLAYS_ONLY_BELOW` gets its replay and its predicted program only.
+    extents
+        Loop extents of the node's nest (``()`` when unknown): a target extent that is a prime
+        its source lacks (:func:`~tunecache.reuse.costs.prime_extent`) makes the source's
+        throughput no bar for escalation.
     """
 
     node: str
@@ -108,6 +112,7 @@ class NodeSpec:
     work: float = 0.0
     family: str = ""
     share: float = 1.0
+    extents: tuple[int, ...] = ()
 
 
 def _prov(hw: HardwareKey, kind: str, source: WorkloadKey | None = None, source_uid: str | None = None) -> Provenance:
@@ -342,7 +347,9 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     Falls back to a full search when the source has no valid program, and escalates to one
     when the reused program's throughput is below ``ctx.escalate_below`` times the source's,
     measured side by side. A task below :data:`REPLAYS_ONLY_BELOW` of the plan's work gets
-    round 0 only, of two programs: its source's best replayed and its predicted one.
+    round 0 only, of two programs: its source's best replayed and its predicted one (unless an
+    extent of it is a prime its source lacks: then the replay is no guide, and the source's
+    throughput no bar for escalating either).
     The source must be committed (its records in the store) before this is called.
     ``max_total`` caps the trials of the narrowed search and its escalation together (the
     escalation is skipped when nothing is left); the task never gets more than
@@ -370,7 +377,10 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     # a far source (a classifier's 1-row matmul reused by BERT's 128-row dense ran 5x slower
     # than the prediction, session 11) cannot sink the task.
     own = predicted_trace(spec.mod, ctx.target)
-    minor = spec.share < REPLAYS_ONLY_BELOW
+    # A minor task's round 0 stands on its source's replay being near its own best; a prime
+    # extent the source lacks breaks that (ViT's layer norm and softmax at 197 tokens: 96 and
+    # 466 us from round 0, 15 and 309 us after 12 trials, session 30).
+    minor = spec.share < REPLAYS_ONLY_BELOW and not _prime_unlike(spec, source)
     programs = [sources[0], *([own] if own is not None else []), *sources[1:]]
     if minor:  # the source's best program and the prediction, measured once each
         programs = programs[:2]
@@ -395,7 +405,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
     slower = src_tput > 0 and tput < ctx.escalate_below * src_tput
-    spill = _spills_further(spec, source, ctx) if best and slower else ""
+    spill = (_spills_further(spec, source, ctx) or _prime_unlike(spec, source)) if best and slower else ""
     # The stored figures were measured minutes (or machines) apart: the two programs measured
     # side by side decide whether 128 trials are spent on it.
     side = (_side_by_side(spec, source, sources[0].trace, best[0].trace, ctx)
@@ -403,7 +413,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     if best and slower and spec.share < ESCALATE_MIN_SHARE:
         far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated" + (
             "" if minor else f": {spec.share:.1%} of the model's work")
-    elif spill:  # the source's throughput is no bar for a task whose data comes from farther out
+    elif spill:  # no bar: its data comes from farther out, or a prime extent takes none of its tiles
         far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated: {spill}"
     elif side is not None and side[0] >= ctx.escalate_below:
         far += f"; throughput {tput / src_tput:.2f}x its source's as stored, {side[1]}: not escalated"
@@ -466,6 +476,19 @@ def _side_by_side(spec: NodeSpec, source: NodeSpec, source_trace: Any, trace: An
     ratio = (spec.work / fastest) / (source.work / theirs_fastest)
     return ratio, (f"{ratio:.2f}x its source's measured side by side ({fastest * 1e3:.3g} ms, its source "
                    f"{theirs_fastest * 1e3:.3g} ms)")
+
+
+def _prime_unlike(spec: NodeSpec, source: NodeSpec) -> str:
+    """Why ``source``'s throughput is no bar for ``spec`` (``""`` when it is): an extent of
+    ``spec`` is a prime the source's loop lacks (:func:`~tunecache.reuse.costs.prime_extent`), so
+    its tiles are 1 or the whole loop, or padded. ViT-B/16's 12 x 197 x 197 attention matmuls,
+    reused from BERT's 128-token ones, ran 0.56x and 0.51x their sources' throughput side by
+    side, and a full search after them found 0.46 and 0.52 ms for their 0.46 and 0.51 ms
+    (session 30): 256 trials for nothing."""
+    from tunecache.reuse.costs import prime_extent
+
+    prime = prime_extent(spec.extents, source.extents) if spec.extents and source.extents else None
+    return "" if prime is None else f"its extent {prime} is a prime its source's loops lack"
 
 
 def _cache_level(nbytes: int, caches: dict[int, int]) -> int:
@@ -595,14 +618,16 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
         if n in mp.tasks:
             t = mp.tasks[n]
             specs[n] = NodeSpec(n, t.name, workload_of(m)[0], m, float(t.weight) + served(n), float(t.nest.work),
-                                t.nest.family, share[n])
+                                t.nest.family, share[n], tuple(t.nest.extents))
         else:
             bridge = mp.bridges.get(n)
             specs[n] = NodeSpec(n, n, workload_of(m)[0], m, max(1.0, served(n)),
                                 float(bridge.work) if bridge is not None else 0.0,
-                                bridge.family if bridge is not None else "")
+                                bridge.family if bridge is not None else "",
+                                extents=tuple(bridge.extents) if bridge is not None else ())
     for n, s in mp.stored.items():
-        specs[n] = NodeSpec(n, s.name, s.key, None, 1.0, float(s.nest.work), s.nest.family)
+        specs[n] = NodeSpec(n, s.name, s.key, None, 1.0, float(s.nest.work), s.nest.family,
+                            extents=tuple(s.nest.extents))
     return specs
 
 

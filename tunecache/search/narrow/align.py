@@ -30,6 +30,7 @@ __all__ = [
     "Site",
     "Skeleton",
     "align_sites",
+    "as_sampled",
     "block_order",
     "cap_unroll",
     "decisions_key",
@@ -81,8 +82,11 @@ class Skeleton:
             if inst[0] == "Annotate" and inst[2] == ["meta_schedule.tiling_structure"]:
                 tiling = str(inst[1][1]).strip('"')
         n_s, n_r = tiling.count("S"), tiling.count("R")
+        used = {n for _kind, inputs, _attrs, _outputs in self.insts for n in _names(inputs)}
         self.sites: dict[int, Site] = {}
-        for i, (kind, _inputs, attrs, _outputs) in enumerate(self.insts):
+        for i, (kind, _inputs, attrs, outputs) in enumerate(self.insts):
+            if kind == "SamplePerfectTile" and not any(str(o) in used for o in outputs):
+                continue  # a split of literal factors ignores it (a padded row tile): nothing to move
             if kind == "SamplePerfectTile":
                 n, mif = int(attrs[0]), int(attrs[1])
                 role = "spatial" if n == n_s else "reduction" if n == n_r else "other"
@@ -153,6 +157,30 @@ def structure(insts: Sequence[Any]) -> list[str]:
         for o in outputs:
             rename[o] = f"{o[:1]}{len(rename)}"
         out.append(json.dumps([kind, mapped, [] if kind in _GET_BLOCK else attrs, canon(outputs)]))
+    return out
+
+
+def as_sampled(insts: Sequence[Any]) -> list[Any]:
+    """``insts`` with every ``Split`` of literal factors given back the outputs of the
+    ``SamplePerfectTile`` of its loop that nothing else uses: the sketch it was made from.
+
+    A predicted program covers a prime extent with a padded register tile
+    (:func:`tunecache.search.predict.predict_program`: 197 rows as ``[1, None, 1, 8]``), a
+    ``Split`` no ``SamplePerfectTile`` can sample; its trace keeps the sampling instruction,
+    unused. Compared as sampled, it is alpha's own sketch, so :meth:`Materializer.adapt` keeps
+    it as it is: moved onto the sketch, the split took the sampled 197 x 1 x 1 x 1 and ViT-B/16's
+    197 x 768 x 3072 dense ran 10.6 ms in a narrowed search's round 0 against 4.2 ms as
+    predicted (session 30).
+    """
+    used = {n for _kind, inputs, _attrs, _outputs in insts for n in _names(inputs)}
+    out = list(insts)
+    for i, (kind, inputs, attrs, outputs) in enumerate(insts):
+        if kind != "Split" or not inputs or all(isinstance(x, str) and x != "None" for x in inputs[1:]):
+            continue
+        sample = next((inst for inst in insts[:i] if inst[0] == "SamplePerfectTile" and inst[1][:1] == inputs[:1]
+                       and len(inst[3]) == len(inputs) - 1 and not any(str(o) in used for o in inst[3])), None)
+        if sample is not None:
+            out[i] = [kind, [inputs[0], *sample[3]], attrs, outputs]
     return out
 
 
@@ -322,7 +350,7 @@ class Materializer:
         """
         from tunecache.tvm_layer.sketch import decision_text, reuse_text
 
-        own = structure(skeleton.insts)
+        own = structure(as_sampled(skeleton.insts))
         sketches = self.alpha_sketches()
         if not sketches or any(structure(a) == own for a in sketches):
             return skeleton
