@@ -347,9 +347,9 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     Falls back to a full search when the source has no valid program, and escalates to one
     when the reused program's throughput is below ``ctx.escalate_below`` times the source's,
     measured side by side. A task below :data:`REPLAYS_ONLY_BELOW` of the plan's work gets
-    round 0 only, of two programs: its source's best replayed and its predicted one (unless an
-    extent of it is a prime its source lacks: then the replay is no guide, and the source's
-    throughput no bar for escalating either).
+    round 0 only, of two programs: its source's best replayed and its predicted one, unless an
+    extent of it is a prime its source lacks: then the replay is no guide, and the bar for
+    escalating is multiplied by :data:`PRIME_BAR`.
     The source must be committed (its records in the store) before this is called.
     ``max_total`` caps the trials of the narrowed search and its escalation together (the
     escalation is skipped when nothing is left); the task never gets more than
@@ -404,8 +404,12 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     best = store.best_k(spec.key, hardware, 1)
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
-    slower = src_tput > 0 and tput < ctx.escalate_below * src_tput
-    spill = (_spills_further(spec, source, ctx) or _prime_unlike(spec, source)) if best and slower else ""
+    prime = _prime_unlike(spec, source)
+    bar = ctx.escalate_below * (PRIME_BAR if prime else 1.0)
+    slower = src_tput > 0 and tput < bar * src_tput
+    if prime and best and src_tput > 0 and not slower and tput < ctx.escalate_below * src_tput:
+        far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated: {prime}, so the bar is {bar:.2f}x"
+    spill = _spills_further(spec, source, ctx) if best and slower else ""
     # The stored figures were measured minutes (or machines) apart: the two programs measured
     # side by side decide whether 128 trials are spent on it.
     side = (_side_by_side(spec, source, sources[0].trace, best[0].trace, ctx)
@@ -413,9 +417,9 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     if best and slower and spec.share < ESCALATE_MIN_SHARE:
         far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated" + (
             "" if minor else f": {spec.share:.1%} of the model's work")
-    elif spill:  # no bar: its data comes from farther out, or a prime extent takes none of its tiles
+    elif spill:  # the source's throughput is no bar for a task whose data comes from farther out
         far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated: {spill}"
-    elif side is not None and side[0] >= ctx.escalate_below:
+    elif side is not None and side[0] >= bar:
         far += f"; throughput {tput / src_tput:.2f}x its source's as stored, {side[1]}: not escalated"
     elif not best or slower:
         why = ("no valid reused program" if not best else f"throughput {side[1]}" if side is not None
@@ -479,12 +483,10 @@ def _side_by_side(spec: NodeSpec, source: NodeSpec, source_trace: Any, trace: An
 
 
 def _prime_unlike(spec: NodeSpec, source: NodeSpec) -> str:
-    """Why ``source``'s throughput is no bar for ``spec`` (``""`` when it is): an extent of
-    ``spec`` is a prime the source's loop lacks (:func:`~tunecache.reuse.costs.prime_extent`), so
-    its tiles are 1 or the whole loop, or padded. ViT-B/16's 12 x 197 x 197 attention matmuls,
-    reused from BERT's 128-token ones, ran 0.56x and 0.51x their sources' throughput side by
-    side, and a full search after them found 0.46 and 0.52 ms for their 0.46 and 0.51 ms
-    (session 30): 256 trials for nothing."""
+    """Why ``source``'s throughput is a lower bar for ``spec`` (:data:`PRIME_BAR`; ``""`` when
+    it is not): an extent of ``spec`` is a prime the source's loop lacks
+    (:func:`~tunecache.reuse.costs.prime_extent`), so its tiles are 1 or the whole loop, or
+    padded."""
     from tunecache.reuse.costs import prime_extent
 
     prime = prime_extent(spec.extents, source.extents) if spec.extents and source.extents else None
@@ -652,6 +654,16 @@ def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
 #: (0.68x its 128-token source's) took 102 s of a 125 s compile at B = 128, for a kernel worth
 #: under 1% of the model; its layer norm at 256 tokens, 17 s of 39 s.
 ESCALATE_MIN_SHARE = 0.02
+
+#: The escalation bar (``escalate_below`` times the source's throughput) is multiplied by this for a
+#: task with an extent that is a prime its source lacks (:func:`_prime_unlike`): its tiles are 1
+#: or the whole loop, or padded, and its own best runs well below its source's throughput.
+#: ViT-B/16's 12 x 197 x 197 attention matmuls, reused from BERT's 128-token ones, ran 0.56x and
+#: 0.51x their sources' throughput side by side, and the full searches this escalated them to
+#: found 0.46 and 0.52 ms against their 0.46 and 0.51 ms (session 30): 256 trials for nothing;
+#: its narrowed searches at 197 tokens came out at 0.50-0.66x (attention matmuls, softmax), its
+#: layer norm's replay alone at 0.18x (15 us after a narrowed search, 96 us replayed).
+PRIME_BAR = 0.5
 
 #: A reused task whose share of the plan's work is below this gets round 0 of a narrowed search
 #: only, with two programs (its source's best replayed and its predicted program, each measured
