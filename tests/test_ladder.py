@@ -170,30 +170,49 @@ def test_a_task_worth_little_of_the_model_gets_round_0_only(tuned_source, monkey
     assert depths and max(depths) <= execute.MINOR_MAX_UNROLL
 
 
-def test_a_prime_extent_its_source_lacks_is_searched_around_and_never_held_to_its_source(
-        tuned_source, monkeypatch) -> None:
-    """67 rows (a prime) cannot take the 64-row source's row tiles: the task is reused (priced
-    below a full search), gets neighbourhood rounds though its share is below the round-0-only
-    bar, and is not escalated for falling short of its source's throughput (the same
-    impossible-speed source as above), with the reason in its note."""
-    db, _first, src = tuned_source
-    from tunecache.search import execute
+def _impossibly_fast(db: str, src) -> None:
+    """Make the source's stored programs claim 1 ns (no reused program comes near it)."""
     from tunecache.store import WorkloadKey
     from tunecache.tvm_layer.target import hardware_key
 
     store = Store(db)
     for r in store.best_k(WorkloadKey(src.workload.split(":", 1)[1]), hardware_key(None), 10):
         store.set_latency(r.uid, 1e-9, cv=0.0)
+
+
+def test_a_prime_extent_its_source_lacks_is_searched_around_and_held_to_a_lower_bar(
+        tuned_source, monkeypatch) -> None:
+    """67 rows (a prime) cannot take the 64-row source's row tiles: the task is reused (priced
+    below a full search), gets neighbourhood rounds though its share is below the round-0-only
+    bar (its unroll still capped), and is held to ``PRIME_BAR`` times the escalation bar, with
+    the reason in its note (the bar set so low here that the impossible-speed source passes)."""
+    db, _first, src = tuned_source
+    from tunecache.search import execute
+
+    _impossibly_fast(db, src)
     monkeypatch.setattr(execute, "REPLAYS_ONLY_BELOW", 1.01)
+    monkeypatch.setattr(execute, "PRIME_BAR", 1e-12)
     cm = tunecache.compile(relax_matmul_relu(67, 128, 64), store=db, trials_per_task=TRIALS, reuse_trials=6, seed=2,
                            progress=False)
     (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
     assert t.outcome == "reused" and t.source == src.workload, t.note
-    assert "not escalated: its extent 67 is a prime its source's loops lack" in t.note, t.note
-    assert "prediction only" not in t.note and 2 < t.trials <= 6
+    assert "not escalated: its extent 67 is a prime its source's loops lack, so the bar is" in t.note, t.note
+    assert "prediction only" not in t.note and f"unrolled at most {execute.MINOR_MAX_UNROLL} steps" in t.note
+    assert 2 < t.trials <= 6
     x = np.random.default_rng(0).standard_normal((67, 128)).astype("float32")
     w = np.random.default_rng(1).standard_normal((128, 64)).astype("float32")
     np.testing.assert_allclose(cm(x, w), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_prime_extent_far_below_even_the_lower_bar_escalates(tuned_source) -> None:
+    """The lower bar of a prime extent is still a bar: one no program meets even halved (50x
+    the source's throughput, as above) sends the 67-row task to a full search."""
+    db, _first, src = tuned_source
+    cm = tunecache.compile(relax_matmul_relu(67, 128, 64), store=db, trials_per_task=TRIALS, reuse_trials=6, seed=2,
+                           progress=False, escalate_below=50.0)
+    (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
+    assert t.outcome == "tuned" and t.note.startswith("escalated to full search (throughput "), t.note
+    assert "its source's measured side by side" in t.note and t.source == src.workload and t.trials > 6
 
 
 def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, monkeypatch) -> None:

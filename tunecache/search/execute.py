@@ -379,8 +379,10 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     own = predicted_trace(spec.mod, ctx.target)
     # A minor task's round 0 stands on its source's replay being near its own best; a prime
     # extent the source lacks breaks that (ViT's layer norm and softmax at 197 tokens: 96 and
-    # 466 us from round 0, 15 and 309 us after 12 trials, session 30).
-    minor = spec.share < REPLAYS_ONLY_BELOW and not _prime_unlike(spec, source)
+    # 466 us from round 0, 15 and 309 us after 12 trials, session 30): it gets the neighbourhood
+    # rounds, its unroll still capped (what a kernel worth little may cost to build).
+    small = spec.share < REPLAYS_ONLY_BELOW
+    minor = small and not _prime_unlike(spec, source)
     programs = [sources[0], *([own] if own is not None else []), *sources[1:]]
     if minor:  # the source's best program and the prediction, measured once each
         programs = programs[:2]
@@ -389,7 +391,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
         res = narrowed_search(programs, spec.mod,
                               ctx.target, builder=ctx.builder, runner=ctx.runner, max_trials=cap,
                               seed=ctx.seed or 0, database=db, task_name=spec.name, progress=ctx.progress,
-                              max_unroll=MINOR_MAX_UNROLL if minor else None)
+                              max_unroll=MINOR_MAX_UNROLL if small else None)
     except RuntimeError as err:
         reraise_store_error(db, err)
         raise
@@ -401,6 +403,8 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     if minor:
         far += (f"; its replay (unrolled at most {MINOR_MAX_UNROLL} steps) and prediction only: "
                 f"{spec.share:.1%} of the model's work")
+    elif small:
+        far += f"; unrolled at most {MINOR_MAX_UNROLL} steps: {spec.share:.1%} of the model's work"
     best = store.best_k(spec.key, hardware, 1)
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
@@ -416,7 +420,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
             if best and slower and spec.share >= ESCALATE_MIN_SHARE and not spill else None)
     if best and slower and spec.share < ESCALATE_MIN_SHARE:
         far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated" + (
-            "" if minor else f": {spec.share:.1%} of the model's work")
+            "" if small else f": {spec.share:.1%} of the model's work")
     elif spill:  # the source's throughput is no bar for a task whose data comes from farther out
         far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated: {spill}"
     elif side is not None and side[0] >= bar:
