@@ -858,6 +858,8 @@ def plot(results: list[dict[str, Any]], path: Path, budget: int) -> None:
             dy = 5
             if x == 0 and y <= top:  # zero-trial arms share x = 0: stagger their labels
                 dy, at_zero = 5 - 11 * at_zero, at_zero + 1
+            elif arm == "full":  # below its point: tunecache's label sits at the same height, to its left
+                dy = -12
             ax.scatter([x], [shown_y], color=colors.get(arm, "k"), marker=markers.get(arm, "o"), s=60, label=arm,
                        zorder=3)
             trials = res["arms"][arm].get("trials", 0)
