@@ -183,9 +183,9 @@ def _impossibly_fast(db: str, src) -> None:
 def test_a_prime_extent_its_source_lacks_is_searched_around_and_held_to_a_lower_bar(
         tuned_source, monkeypatch) -> None:
     """67 rows (a prime) cannot take the 64-row source's row tiles: the task is reused (priced
-    below a full search), gets neighbourhood rounds though its share is below the round-0-only
-    bar (its unroll still capped), and is held to ``PRIME_BAR`` times the escalation bar, with
-    the reason in its note (the bar set so low here that the impossible-speed source passes)."""
+    below a full search) and held to ``PRIME_BAR`` times the escalation bar, with the reason in
+    its note (the bar set so low here that the impossible-speed source passes); below the
+    round-0-only share its replay misses the (unlowered) bar, so it gets the rounds too."""
     db, _first, src = tuned_source
     from tunecache.search import execute
 
@@ -213,6 +213,25 @@ def test_a_prime_extent_far_below_even_the_lower_bar_escalates(tuned_source) -> 
     (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
     assert t.outcome == "tuned" and t.note.startswith("escalated to full search (throughput "), t.note
     assert "its source's measured side by side" in t.note and t.source == src.workload and t.trials > 6
+
+
+def test_a_task_worth_little_whose_replay_misses_the_bar_gets_the_rounds_too(tuned_source, monkeypatch) -> None:
+    """Below ``REPLAYS_ONLY_BELOW`` a reused task whose replay and prediction both fall short of the
+    escalation bar (here against the impossible-speed source) gets the neighbourhood rounds, not
+    an escalation (below ``ESCALATE_MIN_SHARE`` too), and the note says why."""
+    db, _first, src = tuned_source
+    from tunecache.search import execute
+
+    _impossibly_fast(db, src)
+    monkeypatch.setattr(execute, "REPLAYS_ONLY_BELOW", 1.01)
+    monkeypatch.setattr(execute, "ESCALATE_MIN_SHARE", 1.01)
+    cm = tunecache.compile(relax_matmul_relu(128, 128, 64), store=db, trials_per_task=TRIALS, reuse_trials=8, seed=2,
+                           progress=False)
+    (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
+    assert t.outcome == "reused" and t.source == src.workload, t.note
+    assert "its replay and prediction at 0.00x its source's throughput, so neighbourhood rounds too" in t.note, t.note
+    assert f"unrolled at most {execute.MINOR_MAX_UNROLL} steps" in t.note and "not escalated" in t.note
+    assert 2 < t.trials <= 8
 
 
 def test_reuse_children_stay_claimed_while_earlier_searches_run(tuned_source, monkeypatch) -> None:

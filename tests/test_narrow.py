@@ -348,6 +348,8 @@ def test_arguments_are_validated(sources: list[Any], target: Any) -> None:
         narrowed_search([], _matmul(*ALPHA), target, builder=None, runner=None)
     with pytest.raises(ConfigError, match="max_trials"):
         narrowed_search(sources, _matmul(*ALPHA), target, builder=None, runner=None, max_trials=0)
+    with pytest.raises(ConfigError, match="first_round"):
+        narrowed_search(sources, _matmul(*ALPHA), target, builder=None, runner=None, first_round=0)
     with pytest.raises(ConfigError, match="phase"):
         propose_neighbours(sources[0], _matmul(*ALPHA), target, "sideways")
 

@@ -346,10 +346,10 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
 
     Falls back to a full search when the source has no valid program, and escalates to one
     when the reused program's throughput is below ``ctx.escalate_below`` times the source's,
-    measured side by side. A task below :data:`REPLAYS_ONLY_BELOW` of the plan's work gets
-    round 0 only, of two programs: its source's best replayed and its predicted one, unless an
-    extent of it is a prime its source lacks: then the replay is no guide, and the bar for
-    escalating is multiplied by :data:`PRIME_BAR`.
+    measured side by side (the bar multiplied by :data:`PRIME_BAR` where an extent of it is a
+    prime its source lacks). A task below :data:`REPLAYS_ONLY_BELOW` of the plan's work gets
+    round 0 only, of two programs, its source's best replayed and its predicted one, and the
+    neighbourhood rounds only where neither reaches the escalation bar.
     The source must be committed (its records in the store) before this is called.
     ``max_total`` caps the trials of the narrowed search and its escalation together (the
     escalation is skipped when nothing is left); the task never gets more than
@@ -377,21 +377,27 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     # a far source (a classifier's 1-row matmul reused by BERT's 128-row dense ran 5x slower
     # than the prediction, session 11) cannot sink the task.
     own = predicted_trace(spec.mod, ctx.target)
-    # A minor task's round 0 stands on its source's replay being near its own best; a prime
-    # extent the source lacks breaks that (ViT's layer norm and softmax at 197 tokens: 96 and
-    # 466 us from round 0, 15 and 309 us after 12 trials, session 30): it gets the neighbourhood
-    # rounds, its unroll still capped (what a kernel worth little may cost to build).
-    small = spec.share < REPLAYS_ONLY_BELOW
-    minor = small and not _prime_unlike(spec, source)
     programs = [sources[0], *([own] if own is not None else []), *sources[1:]]
-    if minor:  # the source's best program and the prediction, measured once each
+    src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
+    small = spec.share < REPLAYS_ONLY_BELOW
+    enough = None
+    if small:  # the source's best program and the prediction, measured once each, unrolled little
         programs = programs[:2]
-        cap = min(cap, len(programs))
+        if src_tput > 0 and spec.work > 0:
+            # ... and the neighbourhood rounds where neither reaches the escalation bar: the
+            # replay is no guide there (layer norm from 128 tokens at 64: 0.31x its source's
+            # throughput, 21 us against a full search's 6; ViT's at 197 tokens 96 us, 15 after
+            # 12 trials, session 30). The rounds cost r trials; an escalation (ESCALATE_MIN_SHARE) B.
+            def enough(latency: float) -> bool:
+                return spec.work / latency >= ctx.escalate_below * src_tput
+        else:
+            cap = min(cap, len(programs))
     try:
         res = narrowed_search(programs, spec.mod,
                               ctx.target, builder=ctx.builder, runner=ctx.runner, max_trials=cap,
                               seed=ctx.seed or 0, database=db, task_name=spec.name, progress=ctx.progress,
-                              max_unroll=MINOR_MAX_UNROLL if small else None)
+                              max_unroll=MINOR_MAX_UNROLL if small else None, enough=enough,
+                              first_round=len(programs) if small else None)
     except RuntimeError as err:
         reraise_store_error(db, err)
         raise
@@ -400,13 +406,15 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     if stop_requested():
         raise Interrupted(res.trials)
     far = _far(source, spec)
-    if minor:
+    first = res.history[0].best_latency_s if res.history else None
+    if small and len(res.history) > 1 and first and src_tput > 0:
+        far += (f"; its replay and prediction at {spec.work / first / src_tput:.2f}x its source's throughput, "
+                f"so neighbourhood rounds too (unrolled at most {MINOR_MAX_UNROLL} steps: {spec.share:.1%} of "
+                "the model's work)")
+    elif small:
         far += (f"; its replay (unrolled at most {MINOR_MAX_UNROLL} steps) and prediction only: "
                 f"{spec.share:.1%} of the model's work")
-    elif small:
-        far += f"; unrolled at most {MINOR_MAX_UNROLL} steps: {spec.share:.1%} of the model's work"
     best = store.best_k(spec.key, hardware, 1)
-    src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
     prime = _prime_unlike(spec, source)
     bar = ctx.escalate_below * (PRIME_BAR if prime else 1.0)
@@ -671,7 +679,9 @@ PRIME_BAR = 0.5
 
 #: A reused task whose share of the plan's work is below this gets round 0 of a narrowed search
 #: only, with two programs (its source's best replayed and its predicted program, each measured
-#: once; the faster is kept). BERT's softmax, layer norm and attention matmul at 64 tokens
+#: once; the faster is kept), unless neither reaches the escalation bar: then the neighbourhood
+#: rounds too (session 30: BERT's layer norm at 64 tokens kept a 21 us replay, 0.31x its
+#: source's throughput, where a full search found 6 us). BERT's softmax, layer norm and attention matmul at 64 tokens
 #: (0.0-1.4% of the work each) took 14 of a 25 s compile's narrowed searches, 35 of its 79 trials
 #: (the softmax's candidates take 2-3 s each to generate code for), where the rounds after round
 #: 0 gained 0-55% (single runs) on kernels worth ~0.5-4% of the model's time; cut, they cost 0.5%

@@ -430,7 +430,9 @@ def _first_prim_func(mod: Any) -> Any:
         raise ConfigError("narrowed_search needs a module holding one PrimFunc (the task)") from None
 
 
-def _validate(sources: Sequence[Any], max_trials: int, round_size: int) -> None:
+def _validate(sources: Sequence[Any], max_trials: int, round_size: int, first_round: int | None = None) -> None:
+    if first_round is not None and first_round < 1:
+        raise ConfigError(f"first_round must be >= 1, got {first_round!r}")
     if not sources:
         raise ConfigError("narrowed_search needs at least one source trace; got none")
     if max_trials < 1:
@@ -455,6 +457,8 @@ def narrowed_search(
     remeasure_top: int = 3,
     remeasure_rounds: int = 2,
     max_unroll: int | None = None,
+    enough: Callable[[float], bool] | None = None,
+    first_round: int | None = None,
 ) -> NarrowResult:
     """Tune ``mod`` (task alpha) from the tuned traces of a similar task beta.
 
@@ -497,6 +501,12 @@ def narrowed_search(
         many steps: a source's deeper unroll is lowered to the deepest choice within it
         (:func:`~tunecache.search.narrow.align.cap_unroll`). LLVM's time grows with the unroll
         depth; a caller that cannot afford long builds (a task worth little of its model) sets it.
+    enough
+        When given, called with round 0's best latency (seconds): ``True`` ends the search there,
+        with no neighbourhood rounds (a task worth little whose replay is already good enough).
+    first_round
+        Most candidates of round 0 (default ``round_size``): one per source with
+        ``len(sources)``, no extra compute locations or fitted tiles.
 
     Returns
     -------
@@ -505,8 +515,8 @@ def narrowed_search(
     Raises
     ------
     ConfigError
-        If ``sources`` is empty, ``max_trials`` or ``round_size`` is below 1, or ``mod`` has
-        no PrimFunc.
+        If ``sources`` is empty, ``max_trials``, ``round_size`` or ``first_round`` is below 1,
+        or ``mod`` has no PrimFunc.
 
     Examples
     --------
@@ -515,18 +525,20 @@ def narrowed_search(
     >>> res.best_latency_s <= res.zero_trial_latency_s                         # doctest: +SKIP
     True
     """
-    _validate(sources, max_trials, round_size)
+    _validate(sources, max_trials, round_size, first_round)
     mod = as_ir_module(mod)
     search = NarrowedSearch(mod, target, builder, runner, database, int(seed), progress, max_trials, task_name,
                             keep_builds=remeasure_top if remeasure_rounds > 0 else 0, max_unroll=max_unroll)
     try:
-        return _search(search, sources, max_trials, round_size, remeasure_top, remeasure_rounds)
+        return _search(search, sources, max_trials, round_size, remeasure_top, remeasure_rounds, enough,
+                       first_round)
     finally:
         search.close()
 
 
 def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, round_size: int, remeasure_top: int,
-            remeasure_rounds: int) -> NarrowResult:
+            remeasure_rounds: int, enough: Callable[[float], bool] | None = None,
+            first_round: int | None = None) -> NarrowResult:
     """The rounds of :func:`narrowed_search` (its docstring) on ``search``."""
     history: list[RoundSummary] = []
     mat = search.mat
@@ -539,7 +551,7 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
         except (InvalidRecordError, TypeError, ValueError, IndexError):
             mat.failed_replay += 1
     first: list[Candidate] = []
-    limit = min(round_size, max_trials)
+    limit = min(round_size if first_round is None else first_round, max_trials)
     for at, sk in enumerate(skeletons):
         if len(first) >= limit:
             break
@@ -567,6 +579,9 @@ def _search(search: NarrowedSearch, sources: Sequence[Any], max_trials: int, rou
 
     # Rounds of hierarchical neighbourhoods around the best so far.
     stale, step = 0, 0
+    if enough is not None and search.best is not None and search.best.latency_s is not None \
+            and enough(search.best.latency_s):
+        stale = len(PHASES)  # round 0 is good enough: no rounds
     while search.best is not None and search.trials < max_trials and stale < len(PHASES):
         phase = PHASES[step % len(PHASES)]
         step += 1
