@@ -219,6 +219,38 @@ def test_a_near_tied_program_with_a_512_step_unroll_is_replayed_after_a_lighter_
         assert unroll_steps(got.record.trace) == (HEAVY_UNROLL if heavy_replayed else 16), factor
 
 
+def test_an_untiled_tasks_replay_unrolls_at_most_16_steps(tmp_path: Path) -> None:
+    """A softmax (no tiled block) replayed from a program that unrolls 512 steps, by far the
+    source's fastest, unrolls 16 (BERT's softmax: a 45 s build at 64 tokens with its source's
+    64 steps); the note says so and the output is right. A tiled task keeps its source's unroll
+    (the test above)."""
+    from tunecache.replay import UNTILED_MAX_UNROLL, replay_misses, unroll_steps
+    from tunecache.tvm_layer import frontend
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    db = str(tmp_path / "softmax.db")
+    assert tunecache.compile(relax_softmax(8, 16), store=db, trials_per_task=TRIALS, seed=0,
+                             progress=False).report.count("tuned") == 1
+    target = resolve_target(None)
+    hw = hardware_key(target)
+    store = open_store(db)
+    (src,) = [w for w in store.workloads() if store.best_k(w.key, hw, 1)]
+    best = store.best_k(src.key, hw, 1)[0]
+    heavy = _unrolled(best, 512, best.latency_s / 2)
+    store.commit_record(heavy)
+    (task,) = frontend.extract_tasks(frontend.prepare_for_tuning(relax_softmax(8, 64), target), target)
+    got = replay_misses([task], target, hw, store)[task.key]
+    assert got.how == "replayed" and got.record is not None and unroll_steps(heavy.trace) == 512
+    assert unroll_steps(got.record.trace) == UNTILED_MAX_UNROLL == 16
+    assert "unrolled 16 steps, not 512" in got.note, got.note
+    cm = tunecache.compile(relax_softmax(8, 64), store=db, tune="never", progress=False)
+    (replayed,) = cm.report.tasks
+    assert replayed.outcome == "replayed" and "unrolled 16 steps, not 512" in replayed.note, replayed.note
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype("float32")
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(cm(x), e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
 def _unrolled(best: Any, steps: int, latency_s: float) -> Any:
     """A copy of the record ``best`` that samples ``steps`` unroll steps, written also where its
     postprocessing annotated the sampled value (``pragma_auto_unroll_max_step``)."""

@@ -40,7 +40,8 @@ from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Record
 
 __all__ = ["CODE_CHECKED", "HEAVY_UNROLL", "MEMORY_ACCUMULATORS", "NEAR_TIE", "PREDICTION_WINS",
-           "PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE", "RECOMPUTE_GROWTH", "SOURCES_TRIED", "Replay",
+           "PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE", "RECOMPUTE_GROWTH", "SOURCES_TRIED", "UNTILED_MAX_UNROLL",
+           "Replay",
            "cheap_builds_first", "replay_misses", "second_opinion", "unroll_steps"]
 
 log = logging.getLogger("tunecache")
@@ -86,6 +87,14 @@ RECOMPUTE_GROWTH = 1.10
 NEAR_TIE = 0.05
 #: Unroll steps from which a near-tied program is replayed after the lighter ones.
 HEAVY_UNROLL = 512
+#: A replayed program of a task with no tiled block (family ``other``: softmax, layer norm,
+#: elementwise) unrolls at most this many steps (the narrowed search's cap for a task worth
+#: little, ``search.execute.MINOR_MAX_UNROLL``, and its evidence: the unroll depth moved none of
+#: BERT's softmax and layer norm beyond noise, session 24). Session 30's warm store had BERT's
+#: softmax best (73.6 us at 128 tokens) unrolled 64 steps around an inlined ``fast_exp``, its
+#: next programs 77.6-80.3 us at 64 steps, 83.0 us at 16: replayed at 64 tokens the best built
+#: in 45 s alone, the whole replay compile 56 s against 7 s (1.4 s of building with the cap).
+UNTILED_MAX_UNROLL = 16
 #: A replayed tiled program is swapped for the task's predicted one when the cost model refitted
 #: on the store expects the prediction at least this many times as fast; a replay onto a larger
 #: problem than its source's is swapped unless the model expects the replay this many times as
@@ -197,6 +206,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
             return Replay(t.key, None, None, "", "no stored program of the same operator, layout and sketch",
                           work=work)
         reasons: list[str] = []
+        cap = UNTILED_MAX_UNROLL if d.nest.family == "other" else None
         prime = prime_extent(d.nest.extents, near[0].nest.extents)
         if prime is not None:
             return Replay(t.key, None, str(near[0].key), near[0].name,
@@ -213,8 +223,9 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
         for s in near[:sources]:
             source_mod: list[Any] = []  # the source's own module, decoded once if needed
             for rec in cheap_builds_first(store.best_k(s.key, hw, programs)):
+                lowered = cap is not None and unroll_steps(rec.trace) > cap
                 try:
-                    got = replayed_record(rec, t.mod, t.key, hw, target)
+                    got = replayed_record(rec, t.mod, t.key, hw, target, max_unroll=cap if lowered else None)
                 except Exception as err:  # noqa: BLE001 - one source failing is a reason, not an error
                     got = f"replaying record {rec.uid} failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
                 if not isinstance(got, Record):
@@ -224,8 +235,9 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                 scaled = None if rec.latency_s is None else (
                     rec.latency_s * work / max(float(s.nest.work), 1.0) * max(1.0, growth or 1.0))
                 made = Replay(t.key, got, str(s.key), s.name,
-                              f"replayed from {s.name} {list(s.nest.extents)} onto {list(d.nest.extents)}, "
-                              "0 measurements", work=work, source_latency_s=scaled,
+                              f"replayed from {s.name} {list(s.nest.extents)} onto {list(d.nest.extents)}"
+                              + (f", unrolled {cap} steps, not {unroll_steps(rec.trace)}" if lowered else "")
+                              + ", 0 measurements", work=work, source_latency_s=scaled,
                               source_work=float(s.nest.work))
                 if growth is None or growth <= RECOMPUTE_GROWTH:
                     spilled = _accumulators_in_memory(d.nest.family, t.key, got, target)

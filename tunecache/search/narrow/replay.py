@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from tunecache.errors import ConfigError, InvalidRecordError
-from tunecache.search.narrow.align import Materializer, Skeleton, decisions_key, open_picks
+from tunecache.search.narrow.align import Materializer, Skeleton, cap_unroll, decisions_key, open_picks
 from tunecache.search.narrow.moves import PHASES, neighbour_decisions
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import Provenance, Record
@@ -62,7 +62,7 @@ def source_on(trace: Any, mod: Any, target: Any, seed: int) -> tuple[Materialize
     return mat, mat.adapt(skeleton)
 
 
-def replay_on(trace: Any, mod: Any, target: Any, *, seed: int = 0) -> Any | None:
+def replay_on(trace: Any, mod: Any, target: Any, *, seed: int = 0, max_unroll: int | None = None) -> Any | None:
     """Replay a (source) trace on ``mod`` with its own decisions, then postprocess.
 
     A compute location the source had no decision for (a padded conv's ``pad_temp`` reusing a
@@ -79,6 +79,9 @@ def replay_on(trace: Any, mod: Any, target: Any, *, seed: int = 0) -> Any | None
         A ``tvm.target.Target`` (its postprocessors run on the replay).
     seed
         Seeds the replay schedule.
+    max_unroll
+        When given, unroll choices above this many steps are lowered to the deepest within it
+        (:func:`~tunecache.search.narrow.align.cap_unroll`).
 
     Returns
     -------
@@ -90,12 +93,15 @@ def replay_on(trace: Any, mod: Any, target: Any, *, seed: int = 0) -> Any | None
     if on is None:
         return None
     mat, skeleton = on
-    cand = mat.materialize(skeleton, open_picks(mat, skeleton, dict(skeleton.decisions), 1)[0])
+    decisions = open_picks(mat, skeleton, dict(skeleton.decisions), 1)[0]
+    if max_unroll is not None:
+        decisions = cap_unroll(skeleton, decisions, max_unroll)
+    cand = mat.materialize(skeleton, decisions)
     return None if cand is None else cand.sch
 
 
 def replayed_record(source: Record, mod: Any, key: WorkloadKey, hardware: HardwareKey, target: Any, *,
-                    seed: int = 0) -> Record | str:
+                    seed: int = 0, max_unroll: int | None = None) -> Record | str:
     """Return a stored program replayed on another task as that task's record, or why it is not.
 
     The program is :func:`replay_on`'s (the narrowed search's round 0, measured nothing). The
@@ -116,6 +122,8 @@ def replayed_record(source: Record, mod: Any, key: WorkloadKey, hardware: Hardwa
         A ``tvm.target.Target``.
     seed
         Seeds the replay schedule.
+    max_unroll
+        As in :func:`replay_on` (the record's uid says so).
 
     Returns
     -------
@@ -127,7 +135,7 @@ def replayed_record(source: Record, mod: Any, key: WorkloadKey, hardware: Hardwa
     from tunecache.tvm_layer import scheduled
     from tunecache.tvm_layer.convert import record_from_tvm
 
-    sch = replay_on(source, mod, target, seed=seed)
+    sch = replay_on(source, mod, target, seed=seed, max_unroll=max_unroll)
     if sch is None:
         return f"its program (record {source.uid}) does not replay on this task, or a postprocessor rejects it"
     load_tvm()
@@ -143,7 +151,8 @@ def replayed_record(source: Record, mod: Any, key: WorkloadKey, hardware: Hardwa
     except (InvalidRecordError, TypeError, ValueError) as err:
         return f"the replayed program of record {source.uid} cannot be recorded: {err}"
     scheduled.remember(key.shash, rec.trace, target, sch.mod)  # the build takes it as it is
-    uid = hashlib.sha256(f"replay/1|{source.uid}|{key}|{hardware.id}".encode()).hexdigest()[:32]
+    capped = "" if max_unroll is None else f"|unroll<={max_unroll}"
+    uid = hashlib.sha256(f"replay/1|{source.uid}|{key}|{hardware.id}{capped}".encode()).hexdigest()[:32]
     return replace(rec, uid=uid)
 
 
