@@ -348,8 +348,9 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     when the reused program's throughput is below ``ctx.escalate_below`` times the source's,
     measured side by side (the bar multiplied by :data:`PRIME_BAR` where an extent of it is a
     prime its source lacks). A task below :data:`REPLAYS_ONLY_BELOW` of the plan's work gets
-    round 0 only, of two programs, its source's best replayed and its predicted one, and the
-    neighbourhood rounds only where neither reaches the escalation bar.
+    round 0 only, of two programs, its source's best replayed and its predicted one (and the
+    neighbourhood rounds where neither reaches the escalation bar and an extent of it is a
+    prime its source lacks).
     The source must be committed (its records in the store) before this is called.
     ``max_total`` caps the trials of the narrowed search and its escalation together (the
     escalation is skipped when nothing is left); the task never gets more than
@@ -380,14 +381,16 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     programs = [sources[0], *([own] if own is not None else []), *sources[1:]]
     src_tput = source.work / sources[0].latency_s if sources[0].latency_s else 0.0
     small = spec.share < REPLAYS_ONLY_BELOW
+    prime = _prime_unlike(spec, source)
     enough = None
     if small:  # the source's best program and the prediction, measured once each, unrolled little
         programs = programs[:2]
-        if src_tput > 0 and spec.work > 0:
-            # ... and the neighbourhood rounds where neither reaches the escalation bar: the
-            # replay is no guide there (layer norm from 128 tokens at 64: 0.31x its source's
-            # throughput, 21 us against a full search's 6; ViT's at 197 tokens 96 us, 15 after
-            # 12 trials, session 30). The rounds cost r trials; an escalation (ESCALATE_MIN_SHARE) B.
+        if prime and src_tput > 0 and spec.work > 0:
+            # ... and the neighbourhood rounds where neither reaches the escalation bar and a
+            # prime extent leaves the replay no guide: ViT's layer norm and softmax at 197
+            # tokens, 96 and 466 us from round 0, 15 and 309 us after 12 trials. Without a
+            # prime, BERT 64's gained nothing worth their cost (layer norm 21 -> 20 us against a
+            # full search's 7, softmax 24 -> 17 us in 15 s of search; session 30).
             def enough(latency: float) -> bool:
                 return spec.work / latency >= ctx.escalate_below * src_tput
         else:
@@ -416,7 +419,6 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
                 f"{spec.share:.1%} of the model's work")
     best = store.best_k(spec.key, hardware, 1)
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
-    prime = _prime_unlike(spec, source)
     bar = ctx.escalate_below * (PRIME_BAR if prime else 1.0)
     slower = src_tput > 0 and tput < bar * src_tput
     if prime and best and src_tput > 0 and not slower and tput < ctx.escalate_below * src_tput:
@@ -679,15 +681,14 @@ PRIME_BAR = 0.5
 
 #: A reused task whose share of the plan's work is below this gets round 0 of a narrowed search
 #: only, with two programs (its source's best replayed and its predicted program, each measured
-#: once; the faster is kept), unless neither reaches the escalation bar: then the neighbourhood
-#: rounds too (session 30: BERT's layer norm at 64 tokens kept a 21 us replay, 0.31x its
-#: source's throughput, where a full search found 6 us). BERT's softmax, layer norm and attention matmul at 64 tokens
-#: (0.0-1.4% of the work each) took 14 of a 25 s compile's narrowed searches, 35 of its 79 trials
-#: (the softmax's candidates take 2-3 s each to generate code for), where the rounds after round
-#: 0 gained 0-55% (single runs) on kernels worth ~0.5-4% of the model's time; cut, they cost 0.5%
-#: of its calls x kernel latency (session 23). Work share undercounts memory-bound kernels' time:
-#: a share of estimated time (calls x the source's latency x the work ratio) would be the better
-#: measure.
+#: once; the faster is kept), unless neither reaches the escalation bar and a prime extent its
+#: source lacks makes the replay no guide: then the neighbourhood rounds too (session 30). BERT's
+#: softmax, layer norm and attention matmul at 64 tokens (0.0-1.4% of the work each) took 14 of a
+#: 25 s compile's narrowed searches, 35 of its 79 trials (the softmax's candidates take 2-3 s each
+#: to generate code for), where the rounds after round 0 gained 0-55% (single runs) on kernels
+#: worth ~0.5-4% of the model's time; cut, they cost 0.5% of its calls x kernel latency (session
+#: 23). Work share undercounts memory-bound kernels' time: a share of estimated time (calls x the
+#: source's latency x the work ratio) would be the better measure.
 REPLAYS_ONLY_BELOW = 0.02
 
 #: Such a task's replayed source is unrolled at most this many steps (``narrowed_search``'s
