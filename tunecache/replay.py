@@ -223,7 +223,8 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
         for s in near[:sources]:
             source_mod: list[Any] = []  # the source's own module, decoded once if needed
             for rec in cheap_builds_first(store.best_k(s.key, hw, programs)):
-                lowered = cap is not None and unroll_steps(rec.trace) > cap
+                steps = unroll_steps(rec.trace)
+                lowered = cap is not None and steps > cap
                 try:
                     got = replayed_record(rec, t.mod, t.key, hw, target, max_unroll=cap if lowered else None)
                 except Exception as err:  # noqa: BLE001 - one source failing is a reason, not an error
@@ -236,7 +237,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                     rec.latency_s * work / max(float(s.nest.work), 1.0) * max(1.0, growth or 1.0))
                 made = Replay(t.key, got, str(s.key), s.name,
                               f"replayed from {s.name} {list(s.nest.extents)} onto {list(d.nest.extents)}"
-                              + (f", unrolled {cap} steps, not {unroll_steps(rec.trace)}" if lowered else "")
+                              + (f", unrolled {cap} steps, not {steps}" if lowered else "")
                               + ", 0 measurements", work=work, source_latency_s=scaled,
                               source_work=float(s.nest.work))
                 if growth is None or growth <= RECOMPUTE_GROWTH:

@@ -100,8 +100,8 @@ class NodeSpec:
         :data:`REPLAYS_ONLY_BELOW` gets its replay and its predicted program only.
     extents
         Loop extents of the node's nest (``()`` when unknown): a target extent that is a prime
-        its source lacks (:func:`~tunecache.reuse.costs.prime_extent`) makes the source's
-        throughput no bar for escalation.
+        its source lacks (:func:`~tunecache.reuse.costs.prime_extent`) lowers the escalation
+        bar (:data:`PRIME_BAR`).
     """
 
     node: str

@@ -82,7 +82,7 @@ class Skeleton:
             if inst[0] == "Annotate" and inst[2] == ["meta_schedule.tiling_structure"]:
                 tiling = str(inst[1][1]).strip('"')
         n_s, n_r = tiling.count("S"), tiling.count("R")
-        used = {n for _kind, inputs, _attrs, _outputs in self.insts for n in _names(inputs)}
+        used = _used(self.insts)
         self.sites: dict[int, Site] = {}
         for i, (kind, _inputs, attrs, outputs) in enumerate(self.insts):
             if kind == "SamplePerfectTile" and not any(str(o) in used for o in outputs):
@@ -127,6 +127,11 @@ def _names(value: Any) -> list[str]:
     return []
 
 
+def _used(insts: Sequence[Any]) -> set[str]:
+    """The names every instruction of ``insts`` takes as input."""
+    return {n for _kind, inputs, _attrs, _outputs in insts for n in _names(inputs)}
+
+
 def structure(insts: Sequence[Any]) -> list[str]:
     """A sketch's instructions without block names, one string each (for comparing sketches).
 
@@ -139,7 +144,7 @@ def structure(insts: Sequence[Any]) -> list[str]:
     ``Split -> [l13, l14]; RFactor(l13)`` (the outer loop), and its program replayed on its own
     workload ran 2-4x slower than itself (session 19).
     """
-    used = {n for _kind, inputs, _attrs, _outputs in insts for n in _names(inputs)}
+    used = _used(insts)
     rename: dict[str, str] = {}
 
     def canon(value: Any) -> Any:
@@ -172,7 +177,7 @@ def as_sampled(insts: Sequence[Any]) -> list[Any]:
     197 x 768 x 3072 dense ran 10.6 ms in a narrowed search's round 0 against 4.2 ms as
     predicted (session 30).
     """
-    used = {n for _kind, inputs, _attrs, _outputs in insts for n in _names(inputs)}
+    used = _used(insts)
     out = list(insts)
     for i, (kind, inputs, attrs, outputs) in enumerate(insts):
         if kind != "Split" or not inputs or all(isinstance(x, str) and x != "None" for x in inputs[1:]):
