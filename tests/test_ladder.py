@@ -35,6 +35,16 @@ def tuned_source(_tuned_once, tmp_path):
     return copy_sqlite(db, tmp_path / "ladder.db"), first, task
 
 
+def _impossibly_fast(db: str, src) -> None:
+    """Make the source's stored programs claim 1 ns (no reused program comes near it)."""
+    from tunecache.store import WorkloadKey
+    from tunecache.tvm_layer.target import hardware_key
+
+    store = Store(db)
+    for r in store.best_k(WorkloadKey(src.workload.split(":", 1)[1]), hardware_key(None), 10):
+        store.set_latency(r.uid, 1e-9, cv=0.0)
+
+
 def test_a_similar_shape_is_reused_in_fewer_trials(tuned_source) -> None:
     db, _first, src = tuned_source
     # escalate_below=0: keep the reused program whatever the (noisy) throughput comparison says.
@@ -95,8 +105,7 @@ def test_a_source_whose_stored_speed_does_not_hold_up_side_by_side_is_not_escala
 
     hw = hardware_key(None)
     key = WorkloadKey(src.workload.split(":", 1)[1])
-    for r in store.best_k(key, hw, 10):
-        store.set_latency(r.uid, 1e-9, cv=0.0)
+    _impossibly_fast(db, src)
     # A bar of 0.2 leaves this machine's noise room: the stored ratio is ~1e-5, a real one ~1.
     cm = tunecache.compile(relax_matmul_relu(128, 128, 64), store=db, trials_per_task=TRIALS, seed=2, progress=False,
                            escalate_below=0.2)
@@ -113,13 +122,9 @@ def test_a_task_whose_data_spills_further_than_its_sources_is_not_escalated(tune
     the same impossible-speed source as above, with caches sized (a fake, to make the two
     tasks' levels deterministic) so that the source's 80 KiB fit L2 and the task's 128 KiB do not."""
     db, _first, src = tuned_source
-    from tunecache.store import WorkloadKey
     from tunecache.tvm_layer import target as target_mod
-    from tunecache.tvm_layer.target import hardware_key
 
-    store = Store(db)
-    for r in store.best_k(WorkloadKey(src.workload.split(":", 1)[1]), hardware_key(None), 10):
-        store.set_latency(r.uid, 1e-9, cv=0.0)
+    _impossibly_fast(db, src)
     monkeypatch.setattr(target_mod, "cache_bytes", lambda: {1: 32 << 10, 2: 100 << 10, 3: 1 << 20})
     cm = tunecache.compile(relax_matmul_relu(128, 128, 64), store=db, trials_per_task=TRIALS, seed=2, progress=False)
     (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
@@ -133,12 +138,8 @@ def test_a_task_worth_little_of_the_model_is_not_escalated(tuned_source, monkeyp
     same impossible-speed source, the bar raised above this one-task model's whole share."""
     db, _first, src = tuned_source
     from tunecache.search import execute
-    from tunecache.store import WorkloadKey
-    from tunecache.tvm_layer.target import hardware_key
 
-    store = Store(db)
-    for r in store.best_k(WorkloadKey(src.workload.split(":", 1)[1]), hardware_key(None), 10):
-        store.set_latency(r.uid, 1e-9, cv=0.0)
+    _impossibly_fast(db, src)
     monkeypatch.setattr(execute, "ESCALATE_MIN_SHARE", 1.01)
     cm = tunecache.compile(relax_matmul_relu(128, 128, 64), store=db, trials_per_task=TRIALS, seed=2, progress=False)
     (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
@@ -168,16 +169,6 @@ def test_a_task_worth_little_of_the_model_gets_round_0_only(tuned_source, monkey
     depths = [ch[sk.decisions[i]] for r in reused for sk in [Skeleton(0, r.trace)]
               for i, ch in sk.unroll_sites.items() if i in sk.decisions]
     assert depths and max(depths) <= execute.MINOR_MAX_UNROLL
-
-
-def _impossibly_fast(db: str, src) -> None:
-    """Make the source's stored programs claim 1 ns (no reused program comes near it)."""
-    from tunecache.store import WorkloadKey
-    from tunecache.tvm_layer.target import hardware_key
-
-    store = Store(db)
-    for r in store.best_k(WorkloadKey(src.workload.split(":", 1)[1]), hardware_key(None), 10):
-        store.set_latency(r.uid, 1e-9, cv=0.0)
 
 
 def test_a_prime_extent_its_source_lacks_is_searched_around_and_held_to_a_lower_bar(
