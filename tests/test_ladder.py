@@ -143,7 +143,7 @@ def test_a_task_worth_little_of_the_model_is_not_escalated(tuned_source, monkeyp
     monkeypatch.setattr(execute, "ESCALATE_MIN_SHARE", 1.01)
     cm = tunecache.compile(relax_matmul_relu(128, 128, 64), store=db, trials_per_task=TRIALS, seed=2, progress=False)
     (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
-    assert t.outcome == "reused" and "not escalated: 100.0% of the model's work" in t.note, t.note
+    assert t.outcome == "reused" and "not escalated: 100.0% of the model's estimated time" in t.note, t.note
     assert 0 < t.trials < TRIALS
 
 
@@ -160,7 +160,7 @@ def test_a_task_worth_little_of_the_model_gets_round_0_only(tuned_source, monkey
     (t,) = [t for t in cm.report.tasks if t.family == "matmul"]
     assert t.outcome == "reused" and t.source == src.workload, t.note
     assert f"its replay (unrolled at most {execute.MINOR_MAX_UNROLL} steps) and prediction only: " \
-        "100.0% of the model's work" in t.note, t.note
+        "100.0% of the model's estimated time" in t.note, t.note
     assert 0 < t.trials <= 2
     shash = t.workload.split(":", 1)[1]
     reused = [r for r in Store(db).records(family="matmul") if r.workload.shash == shash]

@@ -58,6 +58,33 @@ def test_a_full_search_weighs_what_reuses_it(tvm, target) -> None:
     assert sorted(specs[t.node].weight for t in mp.tasks.values()) == [2.0, 3.0]  # leaves: their own
 
 
+def test_a_memory_bound_task_is_shared_by_its_estimated_time(tvm, target) -> None:
+    """A depthwise convolution does 9 multiply-adds an output: by work it is 1.5% of a plan beside
+    a 3x3 convolution, by its bytes (``RIDGE`` multiply-adds a byte) 5%, over the bar below
+    which a reused task gets round 0 only. The 3x3 convolution keeps its work's share."""
+    from tvm import te, topi
+
+    from tunecache.search import execute
+    from tunecache.tvm_layer.tir import argument_bytes
+
+    conv = te_conv(tvm, (1, 56, 56, 64), 3, 64, pad=1, layout="NHWC")
+    x, w = te.placeholder((1, 56, 56, 64), name="x"), te.placeholder((3, 3, 64, 1), name="w")
+    dw = tvm.IRModule({"main": te.create_prim_func([x, w, topi.nn.depthwise_conv2d_nhwc(x, w, 1, 1, 1)])})
+    mp = plan_tasks(describe_tasks(_items([("conv", conv), ("dw", dw)]), target), bridges=False)
+    mods = {t.node: m for t in mp.tasks.values() for k, _n, _w, m in _items([("conv", conv), ("dw", dw)])
+            if k == t.key}
+    by = {mp.tasks[n].nest.family: n for n in mp.tasks}
+    assert set(by) == {"conv2d", "depthwise_conv2d"}
+    work = {f: float(mp.tasks[n].nest.work) for f, n in by.items()}
+    shares = execute._work_shares(mp, mods)
+    assert sum(shares.values()) == pytest.approx(1.0)
+    est = {f: max(work[f], execute.RIDGE * argument_bytes(mods[n])) for f, n in by.items()}
+    assert est["conv2d"] == work["conv2d"] and est["depthwise_conv2d"] > work["depthwise_conv2d"]
+    assert work["depthwise_conv2d"] / sum(work.values()) < execute.REPLAYS_ONLY_BELOW
+    assert shares[by["depthwise_conv2d"]] == pytest.approx(est["depthwise_conv2d"] / sum(est.values()))
+    assert shares[by["depthwise_conv2d"]] > execute.REPLAYS_ONLY_BELOW
+
+
 def test_a_bridge_whose_sketch_differs_is_dropped(tvm, target) -> None:
     a = te_conv(tvm, (1, 16, 16, 16), 3, 16)
     b = te_conv(tvm, (1, 16, 28, 28), 1, 16)

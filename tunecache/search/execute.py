@@ -347,7 +347,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     Falls back to a full search when the source has no valid program, and escalates to one
     when the reused program's throughput is below ``ctx.escalate_below`` times the source's,
     measured side by side (the bar multiplied by :data:`PRIME_BAR` where an extent of it is a
-    prime its source lacks). A task below :data:`REPLAYS_ONLY_BELOW` of the plan's work gets
+    prime its source lacks). A task below :data:`REPLAYS_ONLY_BELOW` of the plan's estimated time gets
     round 0 only, of two programs, its source's best replayed and its predicted one (and the
     neighbourhood rounds where neither reaches the escalation bar and an extent of it is a
     prime its source lacks).
@@ -413,10 +413,10 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     if small and len(res.history) > 1 and first and src_tput > 0:
         far += (f"; its replay and prediction at {spec.work / first / src_tput:.2f}x its source's throughput, "
                 f"so neighbourhood rounds too (unrolled at most {MINOR_MAX_UNROLL} steps: {spec.share:.1%} of "
-                "the model's work)")
+                "the model's estimated time)")
     elif small:
         far += (f"; its replay (unrolled at most {MINOR_MAX_UNROLL} steps) and prediction only: "
-                f"{spec.share:.1%} of the model's work")
+                f"{spec.share:.1%} of the model's estimated time")
     best = store.best_k(spec.key, hardware, 1)
     tput = spec.work / best[0].latency_s if best and best[0].latency_s else 0.0
     bar = ctx.escalate_below * (PRIME_BAR if prime else 1.0)
@@ -430,7 +430,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
             if best and slower and spec.share >= ESCALATE_MIN_SHARE and not spill else None)
     if best and slower and spec.share < ESCALATE_MIN_SHARE:
         far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated" + (
-            "" if small else f": {spec.share:.1%} of the model's work")
+            "" if small else f": {spec.share:.1%} of the model's estimated time")
     elif spill:  # the source's throughput is no bar for a task whose data comes from farther out
         far += f"; throughput {tput / src_tput:.2f}x its source's, not escalated: {spill}"
     elif side is not None and side[0] >= bar:
@@ -648,25 +648,34 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
 
 
 def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
-    """Each planned task's share of the plan: calls x work over all tasks, or, for a task whose
-    arguments exceed the last cache level (a GEMV streaming 64 MB of weights does little work
-    and takes much time), calls x argument bytes over all tasks, whichever is larger."""
-    from tunecache.tvm_layer.target import cache_bytes
+    """Each planned task's share of the plan's estimated time: calls x a roofline estimate of one
+    call, ``max(work, RIDGE x argument bytes)``, over all tasks.
+
+    Work alone (multiply-adds) called MobileNetV2's depthwise convolutions 0.3-1.4% of the model
+    where they took 2-6% of its time in the model each (9 multiply-adds an output, inputs of
+    2.4-4.8 MB): at :data:`RIDGE` they are 2-6% here too, within 1.5x their in-model share, and
+    a GEMV streaming 64 MB of weights is as large as its bytes make it (session 31).
+    """
     from tunecache.tvm_layer.tir import argument_bytes
 
-    caches = cache_bytes()
-    llc = max(caches.values()) if caches else 32 << 20
-    nbytes = {n: argument_bytes(mods[n]) if n in mods else 0 for n in mp.tasks}
-    work = {n: float(t.weight) * float(t.nest.work) for n, t in mp.tasks.items()}
-    size = {n: float(t.weight) * nbytes[n] for n, t in mp.tasks.items()}
-    total_work, total_size = sum(work.values()) or 1.0, sum(size.values()) or 1.0
-    return {n: max(work[n] / total_work, size[n] / total_size if nbytes[n] > llc else 0.0) for n in mp.tasks}
+    est = {n: float(t.weight) * max(float(t.nest.work), RIDGE * (argument_bytes(mods[n]) if n in mods else 0))
+           for n, t in mp.tasks.items()}
+    total = sum(est.values()) or 1.0
+    return {n: e / total for n, e in est.items()}
 
 
-#: A reused task whose share of the plan's work (calls x work) is below this is not escalated to a
-#: full search when its throughput falls short of its source's: BERT's softmax at 64 tokens
-#: (0.68x its 128-token source's) took 102 s of a 125 s compile at B = 128, for a kernel worth
-#: under 1% of the model; its layer norm at 256 tokens, 17 s of 39 s.
+#: Multiply-adds a kernel does in the time it takes to move one byte of its arguments (a
+#: roofline's ridge point) in :func:`_work_shares`. AMD EPYC Zen 4, 2 cores: ONNX Runtime's 3x3
+#: convolutions run ~110 G multiply-adds a second, its depthwise ones move ~30-40 GB a second
+#: (MobileNetV2 in the model): 3-4; at 4 each MobileNetV2 task's share of the estimate is within
+#: 1.5x of its share of the model's kernel time, for every task over 1% (session 31).
+RIDGE = 4.0
+
+
+#: A reused task whose share of the plan's estimated time (:func:`_work_shares`) is below this is
+#: not escalated to a full search when its throughput falls short of its source's: BERT's softmax
+#: at 64 tokens (0.68x its 128-token source's) took 102 s of a 125 s compile at B = 128, for a
+#: kernel worth under 1% of the model; its layer norm at 256 tokens, 17 s of 39 s.
 ESCALATE_MIN_SHARE = 0.02
 
 #: The escalation bar (``escalate_below`` times the source's throughput) is multiplied by this for a
@@ -679,7 +688,7 @@ ESCALATE_MIN_SHARE = 0.02
 #: layer norm's replay alone at 0.18x (15 us after a narrowed search, 96 us replayed).
 PRIME_BAR = 0.5
 
-#: A reused task whose share of the plan's work is below this gets round 0 of a narrowed search
+#: A reused task whose share of the plan's estimated time is below this gets round 0 of a narrowed search
 #: only, with two programs (its source's best replayed and its predicted program, each measured
 #: once; the faster is kept), unless neither reaches the escalation bar and a prime extent its
 #: source lacks makes the replay no guide: then the neighbourhood rounds too (session 30). BERT's
@@ -687,8 +696,9 @@ PRIME_BAR = 0.5
 #: 25 s compile's narrowed searches, 35 of its 79 trials (the softmax's candidates take 2-3 s each
 #: to generate code for), where the rounds after round 0 gained 0-55% (single runs) on kernels
 #: worth ~0.5-4% of the model's time; cut, they cost 0.5% of its calls x kernel latency (session
-#: 23). Work share undercounts memory-bound kernels' time: a share of estimated time (calls x the
-#: source's latency x the work ratio) would be the better measure.
+#: 23). Shares are of estimated time (:func:`_work_shares`), not of work: by work, MobileNetV2's
+#: two largest depthwise convolutions (0.9% and 1.4%) got round 0 only and ran 2.4-2.6x ONNX
+#: Runtime's in the model (session 31).
 REPLAYS_ONLY_BELOW = 0.02
 
 #: Such a task's replayed source is unrolled at most this many steps (``narrowed_search``'s
