@@ -161,6 +161,42 @@ def test_run_checks_inputs(fe, cnn_imported, cnn_built):
 
 
 @pytest.mark.tvm
+def test_a_caller_runs_as_run_does_and_falls_back_where_dlpack_cannot(fe, cnn, cnn_imported, cnn_built,
+                                                                      monkeypatch):
+    """``caller`` (what ``CompiledModel`` calls) gives ``run``'s results: torch tensors in and
+    out through DLPack, each call a fresh output; an input DLPack or the VM refuses (not
+    contiguous, not 64-byte aligned, needing grad) is converted as ``run`` does; a wrong shape
+    or dtype is ``run``'s error; numpy in, numpy out."""
+    (x,) = cnn.example_inputs
+    call = fe.caller(fe.make_vm(cnn_built), cnn_imported)
+    want = cnn.module(x).detach()
+    a = call(x)
+    assert isinstance(a, torch.Tensor)
+    torch.testing.assert_close(a, want, rtol=1e-4, atol=1e-5)
+    from tunecache.tvm_layer.frontend import building
+
+    with monkeypatch.context() as m:  # a plain tensor never takes the general path
+        m.setattr(building, "run", lambda *a, **k: pytest.fail("run() called for a plain CPU tensor"))
+        x2 = torch.randn_like(x)
+        b = call(x2)
+    torch.testing.assert_close(a, want, rtol=1e-4, atol=1e-5)  # not overwritten by the next call
+    torch.testing.assert_close(b, cnn.module(x2).detach(), rtol=1e-4, atol=1e-5)
+    strided = torch.randn(1, 3, 16, 32)[..., ::2]  # not contiguous
+    unaligned = torch.randn(x.numel() + 1)[1:].view_as(x)  # 4 bytes past an aligned start
+    needs_grad = x.clone().requires_grad_(True)
+    assert not strided.is_contiguous() and unaligned.data_ptr() % 64
+    for y in (strided, unaligned, needs_grad):
+        torch.testing.assert_close(call(y), cnn.module(y).detach(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"float32\[1, 3, 16, 16\]"):
+        call(torch.zeros(2, 3, 16, 16))
+    with pytest.raises(ValueError, match="float64"):
+        call(torch.zeros(1, 3, 16, 16, dtype=torch.float64))
+    got_np = call(x.numpy())
+    assert isinstance(got_np, np.ndarray)
+    np.testing.assert_allclose(got_np, want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.tvm
 def test_exported_program_source(fe, cnn, target):
     ep = torch.export.export(cnn.module, cnn.example_inputs)
     imported = fe.import_model(ep)

@@ -58,6 +58,7 @@ class CompiledModel:
         self.report = report
         self._library_path = library_path  # set when the executable was loaded from the library cache
         self._vm: Any = None
+        self._call: Any = None  # frontend.caller(self._vm, ...), made at the first call
         self._recompile = recompile  # the same compile again, measuring nothing (refresh)
         self._store, self._hardware = store, hardware
 
@@ -109,9 +110,11 @@ class CompiledModel:
         """Run the model: numpy arrays or torch tensors in, the same kind out."""
         from tunecache.tvm_layer import frontend
 
-        if self._vm is None:
-            self._vm = frontend.make_vm(self.executable)
-        return frontend.run(self._vm, self.imported, *inputs)
+        if self._call is None:
+            if self._vm is None:
+                self._vm = frontend.make_vm(self.executable)
+            self._call = frontend.caller(self._vm, self.imported)
+        return self._call(*inputs)
 
     def export_library(self, path: str | os.PathLike[str]) -> Path:
         """Write the compiled model as its suffix says: ``.so`` a shared library that

@@ -24,6 +24,7 @@
 
 from tunecache.tvm_layer.frontend.building import (
     build,
+    caller,
     degraded_kernels,
     export_library,
     load_library,
@@ -63,6 +64,7 @@ __all__ = [
     "extract_tasks",
     "guess_family",
     "build",
+    "caller",
     "degraded_kernels",
     "make_vm",
     "run",
