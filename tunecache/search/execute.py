@@ -651,10 +651,11 @@ def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
     """Each planned task's share of the plan's estimated time: calls x a roofline estimate of one
     call, ``max(work, RIDGE x argument bytes)``, over all tasks.
 
-    Work alone (multiply-adds) called MobileNetV2's depthwise convolutions 0.3-1.4% of the model
-    where they took 2-6% of its time in the model each (9 multiply-adds an output, inputs of
-    2.4-4.8 MB): at :data:`RIDGE` they are 2-6% here too, within 1.5x their in-model share, and
-    a GEMV streaming 64 MB of weights is as large as its bytes make it (session 31).
+    Work alone (multiply-adds) called MobileNetV2's largest depthwise convolutions 0.9% and 1.4%
+    of the model where they took 5.5% and 5.8% of its kernel time (9 multiply-adds an output,
+    inputs of 1.8-4.8 MB): at :data:`RIDGE`, 5.9% and 3.5%; every MobileNetV2 task over 1% of the
+    kernel time is within 0.57-1.8x of its share of it (by work, down to 0.16x), and a GEMV
+    streaming 64 MB of weights is as large as its bytes make it (session 31).
     """
     from tunecache.tvm_layer.tir import argument_bytes
 
@@ -668,7 +669,7 @@ def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
 #: roofline's ridge point) in :func:`_work_shares`. AMD EPYC Zen 4, 2 cores: ONNX Runtime's 3x3
 #: convolutions run ~110 G multiply-adds a second, its depthwise ones move ~30-40 GB a second
 #: (MobileNetV2 in the model): 3-4; at 4 each MobileNetV2 task's share of the estimate is within
-#: 1.5x of its share of the model's kernel time, for every task over 1% (session 31).
+#: 0.57-1.8x of its share of the model's kernel time, for every task over 1% (session 31).
 RIDGE = 4.0
 
 

@@ -375,7 +375,7 @@ class _Caller:
     or dtype: the VM checks its inputs) raises, and the call is made again by :func:`run`, which
     copies what it must or raises the error a user can act on. Right after a model call every
     Python line runs slowly (its caches cold): on MobileNetV2 (4 ms), :func:`run` took 0.3-0.4 ms
-    a call more than ``main`` itself, this path 0.1 ms (session 31)."""
+    a call more than ``main`` itself, this path 0.15 ms (session 31)."""
 
     def __init__(self, vm: Any, imported: ImportedModel | None, device: Any = None) -> None:
         tvm = load_tvm()
@@ -398,7 +398,7 @@ class _Caller:
                 return run(self.vm, self.imported, *inputs, device=self.device)
             if isinstance(result, self.tensor_out):
                 return self.from_numpy(_copy_out(result))
-            if all(isinstance(v, self.tensor_out) for v in result):
+            if hasattr(result, "__len__") and all(isinstance(v, self.tensor_out) for v in result):
                 out = tuple(self.from_numpy(_copy_out(v)) for v in result)
                 return out[0] if len(out) == 1 else out
             out = _from_tvm(result, True)
