@@ -1,0 +1,10 @@
+import sys, time, json, os
+sys.path.insert(0, "/work/main/tools")
+import _engines
+_engines.set_threads(2)
+import tunecache
+spec, store, budget, tb = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+module, inputs, name = _engines.load(spec)
+t0 = time.time()
+cm = tunecache.compile(module, example_inputs=inputs, store=store, trials_per_task=budget, seed=0, progress=False, library_cache=False, time_budget_s=tb)
+print(json.dumps({"wall": time.time() - t0, "summary": cm.report.summary()}))
