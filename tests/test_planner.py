@@ -70,9 +70,9 @@ def test_a_memory_bound_task_is_shared_by_its_estimated_time(tvm, target) -> Non
     conv = te_conv(tvm, (1, 56, 56, 64), 3, 64, pad=1, layout="NHWC")
     x, w = te.placeholder((1, 56, 56, 64), name="x"), te.placeholder((3, 3, 64, 1), name="w")
     dw = tvm.IRModule({"main": te.create_prim_func([x, w, topi.nn.depthwise_conv2d_nhwc(x, w, 1, 1, 1)])})
-    mp = plan_tasks(describe_tasks(_items([("conv", conv), ("dw", dw)]), target), bridges=False)
-    mods = {t.node: m for t in mp.tasks.values() for k, _n, _w, m in _items([("conv", conv), ("dw", dw)])
-            if k == t.key}
+    items = _items([("conv", conv), ("dw", dw)])
+    mp = plan_tasks(describe_tasks(items, target), bridges=False)
+    mods = {t.node: m for t in mp.tasks.values() for k, _n, _w, m in items if k == t.key}
     by = {mp.tasks[n].nest.family: n for n in mp.tasks}
     assert set(by) == {"conv2d", "depthwise_conv2d"}
     work = {f: float(mp.tasks[n].nest.work) for f, n in by.items()}

@@ -223,7 +223,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
         for s in near[:sources]:
             source_mod: list[Any] = []  # the source's own module, decoded once if needed
             for rec in cheap_builds_first(store.best_k(s.key, hw, programs)):
-                steps = unroll_steps(rec.trace)
+                steps = unroll_steps(rec.trace) if cap is not None else 0
                 lowered = cap is not None and steps > cap
                 try:
                     got = replayed_record(rec, t.mod, t.key, hw, target, max_unroll=cap if lowered else None)

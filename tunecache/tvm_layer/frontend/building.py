@@ -399,9 +399,9 @@ class _Caller:
             if isinstance(result, self.tensor_out):
                 return self.from_numpy(_copy_out(result))
             if hasattr(result, "__len__") and all(isinstance(v, self.tensor_out) for v in result):
-                out = tuple(self.from_numpy(_copy_out(v)) for v in result)
-                return out[0] if len(out) == 1 else out
-            out = _from_tvm(result, True)
+                out = tuple(self.from_numpy(_copy_out(v)) for v in result)  # _from_tvm's, fewer lines
+            else:
+                out = _from_tvm(result, True)
             return out[0] if isinstance(out, tuple) and len(out) == 1 else out
         return run(self.vm, self.imported, *inputs, device=self.device)
 
