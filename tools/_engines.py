@@ -13,7 +13,9 @@ numpy/OpenBLAS). An arm is a zero-argument call plus what it cost to set up:
 * ``tunecache@B``: ``tunecache.compile(trials_per_task=B)`` on a store kept in ``store_dir``
   (``warm_B.db``, one per budget, every model in it): the first run tunes, later runs hit. A
   sidecar ``warm_B.json`` keeps the tuning time of the run that tuned, so a reused store still
-  reports what its programs cost.
+  reports what its programs cost. With ``--time-budget S`` each model's compile has a time
+  budget (what its plan leaves tops the searched tasks up to B trials) and the store is
+  ``warm_B_tS.db``.
 
 Latency is timed in rounds: each round runs every arm in turn (the order rotated by one a round),
 each after a ``gap`` sleep and one untimed settle call (a runtime's worker threads spin after a
@@ -161,27 +163,32 @@ def untuned_tvm_arm(module: Any, inputs: tuple[Any, ...]) -> tuple[Call | None, 
     return (lambda: frontend.run(vm, imported, *inputs)), info
 
 
-def _sidecar(store_dir: Path, prefix: str, budget: int) -> Path:
-    return store_dir / f"{prefix}_{budget}.json"
+def _store_name(prefix: str, budget: int, time_budget_s: float | None = None) -> str:
+    return f"{prefix}_{budget}" + ("" if time_budget_s is None else f"_t{time_budget_s:g}")
 
 
-def tunecache_arm(module: Any, inputs: tuple[Any, ...], key: str, budget: int, store_dir: Path,
-                  prefix: str = "warm", seed: int = 0) -> tuple[Any, dict[str, Any]]:
+def tunecache_arm(module: Any, inputs: tuple[Any, ...], key: str, budget: int, store_dir: Path, prefix: str = "warm",
+                  seed: int = 0, time_budget_s: float | None = None) -> tuple[Any, dict[str, Any]]:
     """``tunecache.compile`` at ``budget`` trials a task on ``store_dir/<prefix>_<budget>.db``: the
-    compiled model (``None`` on failure) and what the compile did (tuned now or reused)."""
+    compiled model (``None`` on failure) and what the compile did (tuned now or reused).
+
+    ``time_budget_s``: the compile's time budget (its leftover after the plan tops the searched
+    tasks up to ``budget`` trials each); the store is then ``<prefix>_<budget>_t<S>.db``, so
+    stores tuned with and without one stay apart."""
     import tunecache
 
-    store = store_dir / f"{prefix}_{budget}.db"
-    meta_path = _sidecar(store_dir, prefix, budget)
+    name = _store_name(prefix, budget, time_budget_s)
+    store, meta_path = store_dir / f"{name}.db", store_dir / f"{name}.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     mkey = f"{key} | {cpu_model()}"
-    info: dict[str, Any] = {"store": str(store), "trials_per_task": budget}
+    info: dict[str, Any] = {"store": str(store), "trials_per_task": budget, "time_budget_s": time_budget_s}
     try:
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             cm = tunecache.compile(module, example_inputs=inputs, store=str(store), trials_per_task=budget,
-                                   seed=seed, progress=False, library_cache=store_dir / "libs")
+                                   seed=seed, progress=False, library_cache=store_dir / "libs",
+                                   time_budget_s=time_budget_s)
         info["compile_s"] = round(time.perf_counter() - t0, 2)
     except Exception as err:  # noqa: BLE001 - recorded
         info["error"] = f"{type(err).__name__}: {str(err).strip()[:600]}"
@@ -337,7 +344,8 @@ def bench_model(spec: str, a: Any) -> dict[str, Any]:
         for budget in a.budgets:  # tuning first, with nothing else's threads awake
             arm = f"tunecache@{budget}"
             print(f"[engines] {spec}: {arm}", file=sys.stderr, flush=True)
-            cm, out["arms"][arm] = tunecache_arm(module, inputs, spec, budget, store_dir)
+            cm, out["arms"][arm] = tunecache_arm(module, inputs, spec, budget, store_dir,
+                                                 time_budget_s=getattr(a, "time_budget", None))
             if cm is not None:
                 cms[arm] = cm
                 calls[arm] = (lambda c: lambda: c(*inputs))(cm)

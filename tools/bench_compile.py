@@ -142,6 +142,9 @@ def main() -> None:
     eng.add_argument("--engines", action="store_true", help="time the engines a user would pick instead")
     eng.add_argument("--gemm", action="store_true", help="a tuned GEMM against numpy/OpenBLAS")
     eng.add_argument("--budgets", nargs="+", type=int, default=[32], help="tunecache trials a task (--engines)")
+    eng.add_argument("--time-budget", type=float, default=None, metavar="S",
+                     help="tunecache's time budget a model (compile(time_budget_s=S): what the plan leaves "
+                          "tops the searched tasks up to B trials; stores warm_B_tS.db)")
     eng.add_argument("--gemm-budgets", nargs="+", type=int, default=[64, 256])
     eng.add_argument("--gemm-size", type=int, default=512)
     eng.add_argument("--store-dir", default=str(Path.home() / ".cache" / "tunecache" / "engines"),
