@@ -345,7 +345,7 @@ def bench_model(spec: str, a: Any) -> dict[str, Any]:
             arm = f"tunecache@{budget}"
             print(f"[engines] {spec}: {arm}", file=sys.stderr, flush=True)
             cm, out["arms"][arm] = tunecache_arm(module, inputs, spec, budget, store_dir,
-                                                 time_budget_s=getattr(a, "time_budget", None))
+                                                 time_budget_s=a.time_budget)
             if cm is not None:
                 cms[arm] = cm
                 calls[arm] = (lambda c: lambda: c(*inputs))(cm)

@@ -168,6 +168,8 @@ def main() -> None:
     eng.add_argument("--table", nargs="+", default=[], metavar="JSON",
                      help="print the markdown table of these --engines JSON files (nothing is run)")
     a = ap.parse_args()
+    if a.time_budget is not None and not a.time_budget > 0:
+        ap.error(f"--time-budget {a.time_budget:g}: give a number of seconds above 0")
     if a.table:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import _engines
