@@ -2,33 +2,27 @@
 its epilogue as a second pass over a full-size intermediate, mark stale the second-pass records
 ranked above its best fused one, if that one is within SLACK of the best: the model then compiles
 (tune="never") with fused epilogues. A test of session 32's note, not a product change."""
-import sys, re
-from tunecache.warming import collect_model_tasks
-from tunecache.tvm_layer.target import resolve_target, hardware_key
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fusedcheck import second_pass  # noqa: E402 - the sibling script's test
+
 from tunecache.store import open_store
-from tunecache.tvm_layer.convert import record_to_tvm
-from tvm.s_tir import meta_schedule as ms
-import tvm
+from tunecache.tvm_layer.target import hardware_key, resolve_target
+from tunecache.warming import collect_model_tasks
+
 spec, db, slack = sys.argv[1], sys.argv[2], float(sys.argv[3])
 tgt = resolve_target(None); hw = hardware_key(tgt); st = open_store(db)
-
-def second_pass(t, rec):
-    sch = tvm.s_tir.Schedule(t.mod)
-    record_to_tvm(rec, ms.database.Workload(t.mod), tgt).trace.apply_to_schedule(sch, remove_postproc=False)
-    lines = sch.mod.script().splitlines()
-    idx = [i for i, l in enumerate(lines) if 'with T.sblock("' in l]
-    conv_i = max(i for i in idx if 'sblock("conv2d_nhwc' in lines[i])
-    root_i = max(i for i in range(idx[-1]) if re.match(r"^        for ", lines[i]))
-    return root_i > conv_i
 
 for t in collect_model_tasks([spec], tgt):
     if "conv2d" not in t.name: continue
     recs = st.best_k(t.key, hw, 60)
-    if not recs or not second_pass(t, recs[0]): continue
+    if not recs or not second_pass(t, recs[0], tgt): continue
     above = [recs[0]]
     for r in recs[1:]:
         if r.latency_s > (1 + slack) * recs[0].latency_s: break
-        if not second_pass(t, r):
+        if not second_pass(t, r, tgt):
             st.mark_stale([x.uid for x in above])
             print(f"{t.name[:55]:55s} x{t.weight}: {recs[0].latency_s*1e3:.3f} -> fused {r.latency_s*1e3:.3f} ms ({len(above)} stale)")
             break
