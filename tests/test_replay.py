@@ -282,6 +282,32 @@ def _unrolled(best: Any, steps: int, latency_s: float) -> Any:
     return dataclasses.replace(best, trace=[ins, decs], latency_s=latency_s, uid=uuid.uuid4().hex, cv=None)
 
 
+def test_the_models_sample_skips_newer_untiled_workloads(warm: tuple[str, Any], tmp_path: Path) -> None:
+    """What the cost model reads from a store (the replay's second opinion, the gradient search)
+    counts only workloads with tiled programs: a softmax tuned after the matmul holds the newest
+    records, and a sample of one workload still gets the matmul's rows, at most ``per_workload``
+    of them. (A zoo store's newest 32 workloads gave 94 rows, and the second opinion, which needs
+    MODEL_MIN_ROWS, never ran: ResNet-18 at 288 x 288 from 224 programs 48.2 ms with its replays,
+    30.8 ms with the predictions the model chose.)"""
+    from tunecache.search.gradient.training import read_store
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    db, _source = warm
+    mine = copy_sqlite(db, tmp_path / "copy.db")
+    cm = tunecache.compile(relax_softmax(8, 64), store=mine, trials_per_task=TRIALS, seed=0, progress=False,
+                           library_cache=False)
+    assert cm.report.trials > 0
+    store = open_store(mine)
+    hw = hardware_key(resolve_target(None))
+    newest = next(iter(store.iter_records(hardware=hw, valid_only=True, newest_first=True)))
+    assert newest.workload != next(iter(open_store(db).iter_records(hardware=hw))).workload  # the softmax's
+    tiled = read_store(open_store(db), hw).rows[0]
+    assert len(tiled) >= 2
+    got = read_store(store, hw, workloads=1).rows[0]
+    assert len(got) == len(tiled)  # the matmul's, every one of them
+    assert len(read_store(store, hw, workloads=1, per_workload=2).rows[0]) == 2
+
+
 def test_the_stores_cost_model_decides_between_a_replay_and_the_prediction(
         warm: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """``second_opinion`` asks the cost model refitted on the store about the replay and the

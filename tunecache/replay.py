@@ -113,10 +113,17 @@ PREDICTION_WINS = 1.25
 #: model: below it the model is mostly the shipped one, which ranked ResNet-18's first-stage
 #: convolution's replay and prediction the wrong way round (0.42x for a 4.1x) in session 24.
 MODEL_MIN_ROWS = 256
-#: Newest records and workloads the model is refitted on (each costs decoding: BERT's 304 rows of
-#: 17 workloads took 0.95 s; a team's store is read no further than this).
+#: Newest records and workloads (with tiled programs) the model is refitted on, and rows a
+#: workload gives at most (each costs decoding: BERT's 304 rows of 17 workloads took 0.95 s; a
+#: team's store is read no further than this). Until session 33 the 32 newest workloads of any
+#: kind: on a store ``tunecache warm`` filled with four models they held 94 rows, below
+#: :data:`MODEL_MIN_ROWS`, so no replay was ever weighed (ResNet-18 at 288 x 288 from its 224
+#: programs: 48.2 ms replayed, 30.8 ms with the opinion). 32 rows a workload give 454 rows of
+#: 103 workloads there in ~1.0 s, the same choices as 1,000 newest rows (1.4 s) on ResNet-18
+#: at 288 and BERT at 256 tokens.
 OPINION_ROWS = 1000
-OPINION_WORKLOADS = 32
+OPINION_WORKLOADS = 128
+OPINION_PER_WORKLOAD = 32
 
 
 @dataclass(frozen=True)
@@ -320,7 +327,8 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
         try:
             from tunecache.search.gradient.training import read_store, start_model
 
-            rows = read_store(store, hw, limit=OPINION_ROWS, workloads=OPINION_WORKLOADS).rows
+            rows = read_store(store, hw, limit=OPINION_ROWS, workloads=OPINION_WORKLOADS,
+                              per_workload=OPINION_PER_WORKLOAD).rows
             if len(rows[0]) < MODEL_MIN_ROWS:
                 return list(served)
             model = start_model(rows=rows)[0]
