@@ -309,7 +309,7 @@ def test_the_models_sample_skips_newer_untiled_workloads(warm: tuple[str, Any], 
 
 
 def test_the_stores_cost_model_decides_between_a_replay_and_the_prediction(
-        warm: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+        warm: tuple[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """``second_opinion`` asks the cost model refitted on the store about the replay and the
     task's predicted program: a replay onto a larger problem (ResNet-18's programs replayed at
     288 x 288 ran up to 6x slower than the predictions) gives way unless the model expects the
@@ -330,7 +330,10 @@ def test_the_stores_cost_model_decides_between_a_replay_and_the_prediction(
         return frontend.extract_tasks(frontend.prepare_for_tuning(relax_matmul_relu(m, k, n), target), target)
 
     grown, shrunk = tasks_of(32, 64, 48), tasks_of(8, 32, 24)
-    served = {id(ts): list(rp.replay_misses(ts, target, hw, store).values()) for ts in (grown, shrunk)}
+    with caplog.at_level("INFO", logger="tunecache"):
+        served = {id(ts): list(rp.replay_misses(ts, target, hw, store).values()) for ts in (grown, shrunk)}
+    assert "no cost model to weigh 1 replayed matmuls and convolutions" in caplog.text
+    assert f"{rp.MODEL_MIN_ROWS} are needed" in caplog.text  # and says why
     for ts in (grown, shrunk):  # a store of a few records: no model asked
         assert [r.how for r in served[id(ts)]] == ["replayed"]
         assert served[id(ts)][0].source_work == 16 * 32 * 24

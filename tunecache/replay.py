@@ -330,6 +330,9 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
             rows = read_store(store, hw, limit=OPINION_ROWS, workloads=OPINION_WORKLOADS,
                               per_workload=OPINION_PER_WORKLOAD).rows
             if len(rows[0]) < MODEL_MIN_ROWS:
+                log.info("tunecache: no cost model to weigh %d replayed matmuls and convolutions against their "
+                         "predicted programs: the store gave %d rows of tiled programs, %d are needed",
+                         len(todo), len(rows[0]), MODEL_MIN_ROWS)
                 return list(served)
             model = start_model(rows=rows)[0]
         except Exception as err:  # noqa: BLE001 - no model: the replays stay
