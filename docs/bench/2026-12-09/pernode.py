@@ -1,23 +1,19 @@
 """Per-conv in-model times: tunecache (direct kernel calls in VM order) vs ORT's profiler, ResNet-50."""
-import sys, time, statistics, warnings, json, os, tempfile
-warnings.simplefilter("ignore")
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
 import torch
-import tunecache
-from tunecache import zoo
-torch.set_num_threads(2)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from recorded import recorded_calls  # noqa: E402 - the sibling script's recorder
+
 name, store = sys.argv[1], sys.argv[2]
-zm = zoo.get(name); mod, inputs = zm.module, zm.example_inputs
-cm = tunecache.compile(mod, example_inputs=inputs, store=store, tune="never", progress=False, library_cache=False)
+cm, mod, inputs, x, calls, _vm = recorded_calls(name, store)
 print(cm.report.summary())
-import tvm
-from tvm import relax
-vm = relax.VirtualMachine(cm.executable, tvm.cpu())
-x = tvm.runtime.tensor(inputs[0].numpy())
-calls = []
-def instrument(func, symbol, before, ret, *args):
-    if before: calls.append((func, symbol, args))
-    return 0
-vm.set_instrument(instrument); vm["main"](x)
 lat = {t.name: t.latency_s for t in cm.report.tasks}
 def seq():
     out = []
@@ -25,8 +21,6 @@ def seq():
         t = time.perf_counter(); f(*a); out.append(time.perf_counter() - t)
     return out
 # ORT
-sys.path.insert(0, "/work/main/tools")
-import _engines
 onnx_path = os.path.join(tempfile.mkdtemp(), "m.onnx")
 torch.onnx.export(mod.eval(), inputs, onnx_path, opset_version=17, dynamo=False)
 import onnxruntime as ort

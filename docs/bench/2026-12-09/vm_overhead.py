@@ -1,25 +1,22 @@
-import sys, time, statistics, warnings
-warnings.simplefilter("ignore")
-import torch
-import tunecache
-from tunecache import zoo
-torch.set_num_threads(2)
-name = sys.argv[1]; store = sys.argv[2]
-zm = zoo.get(name)
-mod, inputs = zm.module, zm.example_inputs
-cm = tunecache.compile(mod, example_inputs=inputs, store=store, tune="never", progress=False, library_cache=False)
+"""The Relax VM's own cost: a compiled zoo model through the VM against the same calls replayed
+from Python with their recorded arguments (and ``cm(*inputs)``), alternating rounds.
+
+    python vm_overhead.py MODEL STORE
+"""
+import os
+import statistics
+import sys
+import time
+
 import tvm
 from tvm import relax
-for _ in range(5): cm(*inputs)
-vm = relax.VirtualMachine(cm.executable, tvm.cpu())
-x = tvm.runtime.tensor(inputs[0].numpy())
-calls = []
-def instrument(func, symbol, before, ret, *args):
-    if before: calls.append((func, symbol, args))
-    return 0
-vm.set_instrument(instrument)
-vm["main"](x)
-vm.set_instrument(None) if False else None
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from recorded import recorded_calls  # noqa: E402 - the sibling script's recorder
+
+cm, _module, inputs, x, calls, _vm = recorded_calls(sys.argv[1], sys.argv[2])
+for _ in range(5):
+    cm(*inputs)
 vm2 = relax.VirtualMachine(cm.executable, tvm.cpu())
 print("n calls", len(calls), sorted({s for _, s, _ in calls if not s.startswith("fused") and "conv" not in s})[:20])
 def seq():
