@@ -289,8 +289,8 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
 
     The model is the gradient search's, refitted on the store's measured records of ``hw``
     (:func:`tunecache.search.gradient.training.start_model`; ``model`` replaces it). Where the
-    store holds fewer than :data:`MODEL_MIN_ROWS` such records, a trace has no tiled sketch, or
-    the prediction fails, the replay stays.
+    store holds fewer than :data:`MODEL_MIN_ROWS` such records (the replay's note then says so),
+    a trace has no tiled sketch, or the prediction fails, the replay stays.
 
     Parameters
     ----------
@@ -323,6 +323,15 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
             and getattr(getattr(t, "desc", None), "family", "other") != "other"]
     if not todo:
         return list(served)
+    def unweighed(why: str) -> list[Replay]:
+        # The replays stay, and each one's note (the report's) says it was not weighed, and why.
+        log.info("tunecache: %d replayed matmuls and convolutions not weighed against their predicted "
+                 "programs: %s", len(todo), why)
+        out = list(served)
+        for i in todo:
+            out[i] = replace(out[i], note=f"{out[i].note}; not weighed against its predicted program: {why}")
+        return out
+
     if model is None:
         try:
             from tunecache.search.gradient.training import read_store, start_model
@@ -330,14 +339,11 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
             rows = read_store(store, hw, limit=OPINION_ROWS, workloads=OPINION_WORKLOADS,
                               per_workload=OPINION_PER_WORKLOAD).rows
             if len(rows[0]) < MODEL_MIN_ROWS:
-                log.info("tunecache: no cost model to weigh %d replayed matmuls and convolutions against their "
-                         "predicted programs: the store gave %d rows of tiled programs, %d are needed",
-                         len(todo), len(rows[0]), MODEL_MIN_ROWS)
-                return list(served)
+                return unweighed(f"no cost model (the store gave {len(rows[0])} rows of tiled programs, "
+                                 f"{MODEL_MIN_ROWS} are needed)")
             model = start_model(rows=rows)[0]
         except Exception as err:  # noqa: BLE001 - no model: the replays stay
-            log.info("tunecache: no cost model to weigh replays against predictions: %s", err)
-            return list(served)
+            return unweighed(f"no cost model ({type(err).__name__}: {err})")
 
     def weigh(i: int) -> Replay:
         import numpy as np
