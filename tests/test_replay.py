@@ -9,6 +9,7 @@ with no prediction either, the task falls back with both reasons.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -268,7 +269,6 @@ def test_an_untiled_tasks_replay_unrolls_at_most_16_steps(tmp_path: Path) -> Non
 def _unrolled(best: Any, steps: int, latency_s: float) -> Any:
     """A copy of the record ``best`` that samples ``steps`` unroll steps, written also where its
     postprocessing annotated the sampled value (``pragma_auto_unroll_max_step``)."""
-    import dataclasses
     import uuid
 
     from tunecache.store.records import decode_trace
@@ -339,6 +339,18 @@ def test_the_stores_cost_model_decides_between_a_replay_and_the_prediction(
         assert re.search(r"; not weighed against its predicted program: no cost model \(the store gave \d+ rows "
                          rf"of tiled programs, {rp.MODEL_MIN_ROWS} are needed\)$", served[id(ts)][0].note)
         assert served[id(ts)][0].source_work == 16 * 32 * 24
+    import tunecache.search.gradient.training as training
+
+    def unreadable(*_: Any, **__: Any) -> Any:
+        raise ValueError("a store this test cannot read\nsecond line")
+
+    with monkeypatch.context() as m:  # a store the model cannot be read from: the replay stays, says why
+        m.setattr(training, "read_store", unreadable)
+        (got,) = rp.second_opinion(grown, [dataclasses.replace(served[id(grown)][0], note="replayed")], target, hw,
+                                   store)
+    assert got.how == "replayed" and got.note == (
+        "replayed; not weighed against its predicted program: no cost model (ValueError: a store this test "
+        "cannot read)")
 
     # The store's own model (on a store this small only once the bar is lowered): the real
     # features and prediction, with bars that decide whatever it expects.

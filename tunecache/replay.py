@@ -343,7 +343,8 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
                                  f"{MODEL_MIN_ROWS} are needed)")
             model = start_model(rows=rows)[0]
         except Exception as err:  # noqa: BLE001 - no model: the replays stay
-            return unweighed(f"no cost model ({type(err).__name__}: {err})")
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            return unweighed(f"no cost model ({type(err).__name__}: {first})")
 
     def weigh(i: int) -> Replay:
         import numpy as np
