@@ -164,16 +164,15 @@ def _read_store(store: Any, hardware: Any, limit: int, workloads: int, per_workl
     # opinion, which needs MODEL_MIN_ROWS, never ran (session 33). A trace that samples no tile
     # costs no module decoding; a workload whose UNTILED_RECORDS records gave no row is skipped
     # after; and at most UNTILED_WORKLOADS workloads without rows are decoded.
-    useful: set[Any] = set()
+    taken: dict[Any, int] = {}  # rows per workload: those in it are the workloads that count
     misses: dict[Any, int] = {}
-    taken: dict[Any, int] = {}
     for scanned, rec in enumerate(store.iter_records(hardware=hardware, valid_only=True, newest_first=True)):
         if len(xs) >= limit or scanned >= 4 * limit:  # a store of millions is never read whole
             break
         if rec.latency_s is None or rec.latency_s <= 0:
             continue
         w = rec.workload
-        if w not in useful and (len(useful) >= workloads or misses.get(w, 0) >= UNTILED_RECORDS):
+        if w not in taken and (len(taken) >= workloads or misses.get(w, 0) >= UNTILED_RECORDS):
             continue
         if per_workload is not None and taken.get(w, 0) >= per_workload:
             continue
@@ -181,7 +180,7 @@ def _read_store(store: Any, hardware: Any, limit: int, workloads: int, per_workl
             misses[w] = misses.get(w, 0) + 1
             continue
         if w not in mods:
-            if len(mods) - len(useful) >= UNTILED_WORKLOADS:
+            if len(mods) - len(taken) >= UNTILED_WORKLOADS:
                 continue
             stored = store.get_workload(w)
             try:
@@ -193,7 +192,6 @@ def _read_store(store: Any, hardware: Any, limit: int, workloads: int, per_workl
         if got is None:
             misses[w] = UNTILED_RECORDS if mod is None else misses.get(w, 0) + 1
             continue
-        useful.add(w)
         taken[w] = taken.get(w, 0) + 1
         sk, space = got
         xs.append(space.feature_values(sk.decisions))
