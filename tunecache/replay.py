@@ -235,7 +235,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
                 try:
                     got = replayed_record(rec, t.mod, t.key, hw, target, max_unroll=cap if lowered else None)
                 except Exception as err:  # noqa: BLE001 - one source failing is a reason, not an error
-                    got = f"replaying record {rec.uid} failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                    got = f"replaying record {rec.uid} failed: {_error_line(err)}"
                 if not isinstance(got, Record):
                     reasons.append(f"{s.name}: {got}")
                     continue
@@ -323,6 +323,7 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
             and getattr(getattr(t, "desc", None), "family", "other") != "other"]
     if not todo:
         return list(served)
+
     def unweighed(why: str) -> list[Replay]:
         # The replays stay, and each one's note (the report's) says it was not weighed, and why.
         log.info("tunecache: %d replayed matmuls and convolutions not weighed against their predicted "
@@ -343,8 +344,7 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
                                  f"{MODEL_MIN_ROWS} are needed)")
             model = start_model(rows=rows)[0]
         except Exception as err:  # noqa: BLE001 - no model: the replays stay
-            first = (str(err).strip().splitlines() or [""])[0][:200]
-            return unweighed(f"no cost model ({type(err).__name__}: {first})")
+            return unweighed(f"no cost model ({_error_line(err)})")
 
     def weigh(i: int) -> Replay:
         import numpy as np
@@ -390,6 +390,12 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
         log.info("tunecache: %d of %d replayed matmuls and convolutions served by their predicted programs "
                  "instead", n, len(todo))
     return out
+
+
+def _error_line(err: BaseException) -> str:
+    """``err``'s type and the first line of its message, at most 200 characters of it, for a note."""
+    first = (str(err).strip().splitlines() or [""])[0][:200]
+    return f"{type(err).__name__}: {first}"
 
 
 def unroll_steps(trace: Any) -> int:
@@ -479,7 +485,7 @@ def _predict(task: Any, target: Any, hw: HardwareKey, missed: Replay) -> Replay:
     try:
         got = predict_task(task.mod, task.key, hw, target)
     except Exception as err:  # noqa: BLE001 - a task the rung cannot handle falls back
-        got = f"prediction failed: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+        got = f"prediction failed: {_error_line(err)}"
     if isinstance(got, str):
         return replace(missed, note=f"{missed.note}; no program predicted: {got}")
     rec, how = got
