@@ -1,6 +1,7 @@
 """Re-measure tuned programs so that the store's best is a trustworthy figure.
 
-During search every candidate is run once (``number=3, repeat=1``) and the runner's best-so-far
+During search every candidate is measured once (on a CPU: three single runs, each after a cache
+flush, :func:`~tunecache.tvm_layer.measure.make_runner`) and the runner's best-so-far
 is the minimum over many such single measurements: on this 2-core machine it sometimes picks a
 lucky one (6.84 ms that re-measures at 4.16 ms; see ``shared/TVM_NOTES.md``). This module builds
 a record's program again and times it with more repeats, in the runner's own worker process
@@ -43,7 +44,8 @@ from tunecache.tvm_layer.measure import close_runner, evaluating, make_builder, 
 __all__ = ["RemeasuredRecord", "Remeasurement", "measure_side_by_side", "remeasure", "remeasure_best",
            "remeasure_bests", "remeasure_plan"]
 
-#: Default evaluator settings of a re-measurement: 10 samples, each the mean of 3 runs.
+#: Default evaluator settings of a re-measurement: 10 samples, each the mean of 3 runs (one run
+#: where the runner times cold, as :func:`~tunecache.tvm_layer.measure.make_runner`'s do on a CPU).
 DEFAULT_REPEATS = 10
 DEFAULT_NUMBER = 3
 #: The samples of programs re-measured together are taken in this many interleaved rounds: the

@@ -9,10 +9,12 @@ out and tuning stores nothing (see ``shared/TVM_NOTES.md``). This module provide
   candidate after candidate in parallel. ``max_workers=0`` builds in the calling process.
   A candidate that fails to build (or times out, or kills its worker) comes back as
   ``BuilderResult(None, error_msg)``; ``build()`` never raises for one candidate.
-- :func:`make_runner`: a ``LocalRunner`` with a short, steady evaluator configuration
-  (``number=3, repeat=1, min_repeat_ms=0``). Its single worker process is started once and kept
-  (LocalRunner reuses it across calls); it imports TVM but not the tensor intrinsics, which only
-  ``TuneContext`` and ``LocalBuilder``'s default build function import.
+- :func:`make_runner`: a ``LocalRunner`` that times each candidate *cold* on a CPU (its
+  weights and output flushed from the caches before each of :data:`COLD_REPEATS` single runs, the
+  way a model's kernel meets them; :data:`COLD_REPEATS` says what that changed). Its single worker
+  process is started once and kept (LocalRunner reuses it across calls); it imports TVM but not
+  the tensor intrinsics, which only ``TuneContext`` and ``LocalBuilder``'s default build
+  function import.
 - :func:`measure_mods`: build a list of scheduled modules with such a builder (in parallel) and
   run them with such a runner, outside MetaSchedule's task loop (trivial tasks, re-measurement).
   Results are frozen :class:`Measurement` values; a candidate's failure is one of them.
@@ -42,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from tvm.s_tir.meta_schedule.runner import Runner
 
 __all__ = [
+    "COLD_REPEATS",
     "DEFAULT_BUILD_TIMEOUT_S",
     "DEFAULT_RUN_TIMEOUT_S",
     "RUNNER_PROCESS_USES",
@@ -63,6 +66,16 @@ DEFAULT_RUN_TIMEOUT_S = 30.0
 #: worker's memory grows with every candidate (23 GB after ~10,000 on 1024^3 matmuls and 3x3
 #: convolutions, docs/NOTES.md session 14); a restart costs ~2.5 s, ~1% of 1,000 measurements.
 RUNNER_PROCESS_USES = 1000
+#: Samples of one candidate measured cold (:func:`make_runner`): each is one run after TVM's
+#: ``cache_flush_cpu_non_first_arg`` has flushed every argument but the first from the CPU's
+#: caches. In a model the first argument is mostly the activation the previous kernel just
+#: wrote, and the weights (BERT's 340 MB, ResNet-50's 100 MB: more than any last-level cache)
+#: come from memory. Three runs averaged after one warm-up, the runner's setting until session
+#: 34, timed weights that sat in the cache, and the programs so picked were slower in models:
+#: BERT at 64 tokens searched cold from scratch ran 0.92x the latency of the same search timed
+#: warm, and its narrowed searches from a warm store 0.84-0.92x (at 256 tokens 0.92-0.94x; one
+#: process each, alternating rounds, AMD Zen 4; docs/NOTES.md session 34).
+COLD_REPEATS = 3
 
 _ARTIFACT_NAME = "tvm_tmp_mod.tar"
 _BUILDER_CLASS: Any = None
@@ -376,10 +389,10 @@ def make_builder(
 def make_runner(
     *,
     timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
+    cold: bool = True,
     number: int = 3,
-    repeat: int = 1,
+    repeat: int | None = None,
     min_repeat_ms: int = 0,
-    enable_cpu_cache_flush: bool = False,
     process_uses: int | None = RUNNER_PROCESS_USES,
 ) -> Runner:
     """Create MetaSchedule's ``LocalRunner`` with a short, steady evaluator configuration.
@@ -388,10 +401,16 @@ def make_runner(
     ----------
     timeout_s
         Seconds one candidate may take to load and run before it counts as failed.
-    number, repeat, min_repeat_ms, enable_cpu_cache_flush
-        ``EvaluatorConfig`` fields. The defaults (3 runs averaged, one repeat, no minimum
-        duration) cost ~0.05 s per candidate here and were less noisy on a 2-core machine than
-        MetaSchedule's default ``min_repeat_ms=100`` (0.2 s per candidate).
+    cold
+        Time each sample as one run after every argument but the first was flushed from the
+        CPU's caches (:data:`COLD_REPEATS` says why): ``number`` is then 1, ``repeat`` (default
+        :data:`COLD_REPEATS`) the samples. Candidates run on another device (a GPU) are timed
+        warm, as ``cold=False`` times them: the flush only knows host memory.
+    number, repeat, min_repeat_ms
+        ``EvaluatorConfig`` fields (``number`` only for ``cold=False``, whose ``repeat`` defaults
+        to 1: 3 runs averaged after a warm-up). Without a minimum duration a candidate costs
+        ~0.05 s here, and was less noisy on a 2-core machine than with MetaSchedule's default
+        ``min_repeat_ms=100`` (0.2 s per candidate).
     process_uses
         Candidates the worker process measures before a fresh one replaces it (``None``: never).
 
@@ -412,6 +431,10 @@ def make_runner(
     """
     if not timeout_s > 0:
         raise ConfigError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if repeat is None:
+        repeat = COLD_REPEATS if cold else 1
+    if cold:
+        number = 1
     if number < 1 or repeat < 1 or min_repeat_ms < 0:
         raise ConfigError(
             "evaluator settings must satisfy number >= 1, repeat >= 1, min_repeat_ms >= 0; "
@@ -424,7 +447,7 @@ def make_runner(
         number=number,
         repeat=repeat,
         min_repeat_ms=min_repeat_ms,
-        enable_cpu_cache_flush=enable_cpu_cache_flush,
+        enable_cpu_cache_flush=cold,
     )
     try:
         with _torchless_popen_workers():
@@ -436,12 +459,40 @@ def make_runner(
         ) from err
     if process_uses is not None:
         _recycle_after(runner, max(1, int(process_uses)))
+    if cold:
+        _warm_off_host(runner)
     return runner
+
+
+def _warm_off_host(runner: Any) -> None:
+    """Make a cold ``runner`` time candidates of a device other than the CPU warm: TVM's cache
+    flush reads every argument as host memory (a GPU's would crash the worker). ``LocalRunner``
+    reads its evaluator settings when a batch is submitted, so they are swapped for that call."""
+    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
+
+    # A derived TVM object looks its methods up on its ``_inst`` at each call: the class's own
+    # ``run``, bound to that instance, is what the wrapper below hands the batch to.
+    inst = getattr(runner, "_inst", runner)
+    submit = type(inst).run.__get__(inst)
+
+    def run(runner_inputs: Any) -> Any:
+        before = runner.evaluator_config
+        if not before.enable_cpu_cache_flush or all(str(i.device_type) == "cpu" for i in runner_inputs):
+            return submit(runner_inputs)
+        runner.evaluator_config = EvaluatorConfig._normalized(EvaluatorConfig(
+            number=3, repeat=before.repeat, min_repeat_ms=before.min_repeat_ms, enable_cpu_cache_flush=False))
+        try:
+            return submit(runner_inputs)
+        finally:
+            runner.evaluator_config = before
+
+    inst.run = run
 
 
 @contextlib.contextmanager
 def evaluating(runner: Any, *, repeat: int, number: int = 3) -> Iterator[Any]:
-    """A runner that measures with ``repeat`` x ``number`` runs, for the block.
+    """A runner that measures ``repeat`` samples of ``number`` runs each, for the block (of one
+    run each where ``runner`` times cold: :func:`make_runner`).
 
     A ``LocalRunner`` (:func:`make_runner`) reads its evaluator settings on each ``run``, so it
     is lent with other settings and its worker process is kept: a new runner would start a
@@ -468,8 +519,8 @@ def evaluating(runner: Any, *, repeat: int, number: int = 3) -> Iterator[Any]:
 
         before = runner.evaluator_config
         runner.evaluator_config = EvaluatorConfig._normalized(EvaluatorConfig(
-            number=number, repeat=repeat, min_repeat_ms=before.min_repeat_ms,
-            enable_cpu_cache_flush=before.enable_cpu_cache_flush))
+            number=1 if before.enable_cpu_cache_flush else number, repeat=repeat,
+            min_repeat_ms=before.min_repeat_ms, enable_cpu_cache_flush=before.enable_cpu_cache_flush))
         try:
             yield runner
         finally:
