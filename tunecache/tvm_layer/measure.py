@@ -73,7 +73,7 @@ RUNNER_PROCESS_USES = 1000
 #: come from memory. Three runs averaged after one warm-up, the runner's setting until session
 #: 34, timed weights that sat in the cache, and the programs so picked were slower in models:
 #: BERT at 64 tokens searched cold from scratch ran 0.92x the latency of the same search timed
-#: warm, and its narrowed searches from a warm store 0.84-0.92x (at 256 tokens 0.92-0.94x; one
+#: warm, and its narrowed searches from a warm store 0.84-0.92x (at 256 tokens 0.92-0.95x; one
 #: process each, alternating rounds, AMD Zen 4; docs/NOTES.md session 34).
 COLD_REPEATS = 3
 
