@@ -1,3 +1,4 @@
+# Ran against make_runner(enable_cpu_cache_flush=...), which session 34 replaced: make_runner(cold=...).
 """ResNet-18 tuned at B trials a task: runner as shipped vs cache flushed before each run only for
 large candidates (their data read from memory in the model).
 

@@ -1,3 +1,4 @@
+# Ran against make_runner(enable_cpu_cache_flush=...), which session 34 replaced: make_runner(cold=...).
 """tunecache arm of SPEC on copies of the warm store, searched with the default runner and with
 TVM's cache flush (every argument but the first: weights and output cold, input warm), then the
 two, the replay and FULL_DB's programs timed alternately in one process."""
