@@ -348,11 +348,11 @@ def test_the_stores_cost_model_decides_between_a_replay_and_the_prediction(
         m.setattr(training, "read_store", unreadable)
         (got,) = rp.second_opinion(grown, [dataclasses.replace(served[id(grown)][0], note="replayed")], target, hw,
                                    store)
-        (fitted_meanwhile,) = rp.replay_misses(grown, target, hw, store).values()  # read beside the replays
+        (through_replays,) = rp.replay_misses(grown, target, hw, store).values()
     assert got.how == "replayed" and got.note == (
         "replayed; not weighed against its predicted program: no cost model (ValueError: a store this test "
         "cannot read)")
-    assert fitted_meanwhile.how == "replayed" and fitted_meanwhile.note.endswith(
+    assert through_replays.how == "replayed" and through_replays.note.endswith(
         "; not weighed against its predicted program: no cost model (ValueError: a store this test cannot read)")
 
     # The store's own model (on a store this small only once the bar is lowered): the real

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,7 +42,7 @@ from tunecache.store.records import Record
 __all__ = ["CODE_CHECKED", "HEAVY_UNROLL", "MEMORY_ACCUMULATORS", "NEAR_TIE", "PREDICTION_WINS",
            "PRIME_EXTENT_ABOVE", "PROGRAMS_PER_SOURCE", "RECOMPUTE_GROWTH", "SOURCES_TRIED", "UNTILED_MAX_UNROLL",
            "Replay",
-           "cheap_builds_first", "replay_misses", "second_opinion", "store_opinion", "unroll_steps"]
+           "cheap_builds_first", "replay_misses", "second_opinion", "unroll_steps"]
 
 log = logging.getLogger("tunecache")
 
@@ -269,13 +268,10 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
         return _predict(t, target, hw, got) if got.record is None and predict else got
 
     # One task per core: replaying a trace and predicting a program are mostly TVM's C++, which
-    # releases the GIL (tunecache.tvm_layer.threads). The second opinion's model is read from the
-    # store and fitted meanwhile (Python, ~1 s on a zoo store), where a miss may need it.
-    with ThreadPoolExecutor(1, thread_name_prefix="tunecache-opinion") as pool:
-        fitted = pool.submit(store_opinion, store, hw) if predict and any(map(_tiled, misses)) else None
-        served = thread_map(serve, list(zip(misses, described, strict=True)), name="tunecache-replay")
-        if predict:
-            served = second_opinion(misses, served, target, hw, store, fitted=fitted)
+    # releases the GIL (tunecache.tvm_layer.threads).
+    served = thread_map(serve, list(zip(misses, described, strict=True)), name="tunecache-replay")
+    if predict:
+        served = second_opinion(misses, served, target, hw, store)
     out = {t.key: r for t, r in zip(misses, served, strict=True)}
     n = sum(r.how == "replayed" and r.record is not None for r in out.values())
     log.info("tunecache: %d of %d misses served by replaying similar stored programs", n, len(out))
@@ -283,8 +279,7 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
 
 
 def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any, hw: HardwareKey, store: Any, *,
-                   wins: float | None = None, model: Any = None,
-                   fitted: Future[tuple[Any, str | None]] | None = None) -> list[Replay]:
+                   wins: float | None = None, model: Any = None) -> list[Replay]:
     """``served`` with replayed tiled programs (matmul, conv) swapped for the tasks' predicted ones.
 
     A replay onto a larger problem than its source's (more work) gives way to the prediction
@@ -310,9 +305,6 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
         larger problem) for it to be served; default :data:`PREDICTION_WINS`.
     model
         A :class:`~tunecache.search.gradient.model.CostModel` to ask instead of the store's.
-    fitted
-        :func:`store_opinion` of ``store`` and ``hw``, started earlier (``replay_misses`` fits
-        it while the replays run); read here when not given.
 
     Returns
     -------
@@ -324,8 +316,11 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
     from tunecache.tvm_layer.threads import thread_map
 
     bar = PREDICTION_WINS if wins is None else wins
+    # Tasks of a named operator family (``guess_family``: convolutions and matmuls; not
+    # ``other``): the ones whose programs may have the multi-level tiling the model reads.
     todo = [i for i, (t, r) in enumerate(zip(misses, served, strict=True))
-            if r.how == "replayed" and r.record is not None and _tiled(t)]
+            if r.how == "replayed" and r.record is not None
+            and getattr(getattr(t, "desc", None), "family", "other") != "other"]
     if not todo:
         return list(served)
 
@@ -339,9 +334,17 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
         return out
 
     if model is None:
-        model, why = fitted.result() if fitted is not None else store_opinion(store, hw)
-        if model is None:
-            return unweighed(why or "no cost model")
+        try:
+            from tunecache.search.gradient.training import read_store, start_model
+
+            rows = read_store(store, hw, limit=OPINION_ROWS, workloads=OPINION_WORKLOADS,
+                              per_workload=OPINION_PER_WORKLOAD).rows
+            if len(rows[0]) < MODEL_MIN_ROWS:
+                return unweighed(f"no cost model (the store gave {len(rows[0])} rows of tiled programs, "
+                                 f"{MODEL_MIN_ROWS} are needed)")
+            model = start_model(rows=rows)[0]
+        except Exception as err:  # noqa: BLE001 - no model: the replays stay
+            return unweighed(f"no cost model ({_error_line(err)})")
 
     def weigh(i: int) -> Replay:
         import numpy as np
@@ -387,35 +390,6 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
         log.info("tunecache: %d of %d replayed matmuls and convolutions served by their predicted programs "
                  "instead", n, len(todo))
     return out
-
-
-def store_opinion(store: Any, hw: HardwareKey) -> tuple[Any, str | None]:
-    """The cost model :func:`second_opinion` asks: the gradient search's, refitted on the store's
-    measured records of tiled programs on ``hw``.
-
-    Returns
-    -------
-    tuple
-        ``(model, None)``, or ``(None, why)`` where the store gives fewer than
-        :data:`MODEL_MIN_ROWS` rows or cannot be read (``why`` ends each unweighed replay's note).
-    """
-    try:
-        from tunecache.search.gradient.training import read_store, start_model
-
-        rows = read_store(store, hw, limit=OPINION_ROWS, workloads=OPINION_WORKLOADS,
-                          per_workload=OPINION_PER_WORKLOAD).rows
-        if len(rows[0]) < MODEL_MIN_ROWS:
-            return None, (f"no cost model (the store gave {len(rows[0])} rows of tiled programs, "
-                          f"{MODEL_MIN_ROWS} are needed)")
-        return start_model(rows=rows)[0], None
-    except Exception as err:  # noqa: BLE001 - no model: the replays stay
-        return None, f"no cost model ({_error_line(err)})"
-
-
-def _tiled(task: Any) -> bool:
-    """Whether ``task`` is of a named operator family (``guess_family``: convolutions and
-    matmuls, not ``other``): one whose programs may have the multi-level tiling the model reads."""
-    return getattr(getattr(task, "desc", None), "family", "other") != "other"
 
 
 def _error_line(err: BaseException) -> str:
