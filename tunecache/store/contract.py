@@ -565,6 +565,40 @@ class BaseStore(abc.ABC):
         recs = self.records(hardware=hardware, workload=workload, family=family, valid_only=valid_only)
         yield from (reversed(recs) if newest_first else recs)
 
+    def sample_records(self, hardware: HardwareKey, *, newest: int, per_workload: int) -> list[Record]:
+        """Return a sample of recent records: of the ``newest`` newest valid records under
+        ``hardware``, at most the ``per_workload`` newest of each workload, newest first.
+
+        What a cost model is refitted on: many workloads rather than the newest few's whole
+        searches, read without decoding the records left out. The base implementation reads
+        :meth:`iter_records` (and decodes every record it passes); the SQL store picks the sample
+        in one query.
+
+        Parameters
+        ----------
+        hardware
+            The hardware key.
+        newest
+            Records looked at, the newest first (a store of millions is never read whole).
+        per_workload
+            Records one workload gives at most.
+
+        Returns
+        -------
+        list of Record
+        """
+        out: list[Record] = []
+        seen: dict[WorkloadKey, int] = {}
+        if newest < 1 or per_workload < 1:
+            return out
+        for i, r in enumerate(self.iter_records(hardware=hardware, valid_only=True, newest_first=True)):
+            if i >= newest:
+                break
+            if seen.get(r.workload, 0) < per_workload:
+                seen[r.workload] = seen.get(r.workload, 0) + 1
+                out.append(r)
+        return out
+
     @abc.abstractmethod
     def recent_provenance(self, hardware: HardwareKey, *, limit: int) -> list[Provenance]:
         """Return the provenance of the newest valid records under ``hardware``, newest first.

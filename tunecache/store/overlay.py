@@ -227,6 +227,23 @@ class OverlayStore(BaseStore):
             yield from st.iter_records(hardware=hardware, workload=workload, family=family,
                                        valid_only=valid_only, newest_first=newest_first, batch=batch)
 
+    def sample_records(self, hardware: HardwareKey, *, newest: int, per_workload: int) -> list[Record]:
+        """Return the overlay's sample, then ``base``'s records of other uids, at most
+        ``per_workload`` of a workload across both and ``newest`` in all."""
+        out: list[Record] = []
+        seen: dict[WorkloadKey, int] = {}
+        uids: set[str] = set()
+        for st in (self.overlay, self.base):
+            for r in st.sample_records(hardware, newest=newest, per_workload=per_workload):
+                if len(out) >= newest:
+                    return out
+                if r.uid in uids or seen.get(r.workload, 0) >= per_workload:
+                    continue
+                uids.add(r.uid)
+                seen[r.workload] = seen.get(r.workload, 0) + 1
+                out.append(r)
+        return out
+
     def recent_provenance(self, hardware: HardwareKey, *, limit: int) -> list[Provenance]:
         """Return the overlay's newest, then ``base``'s, up to ``limit``."""
         mine = self.overlay.recent_provenance(hardware, limit=limit)

@@ -371,6 +371,23 @@ class StoreContract:
             r.uid for r in recs if r.workload == wk and r.latency_s is not None]
         assert list(store.iter_records(hardware="nope")) == []
 
+    def test_sample_records_keeps_each_workloads_newest_among_the_newest(
+        self, store: BaseStore, hw: HardwareKey
+    ) -> None:
+        a, b, c = SUITE_WORKLOADS[:3]
+        order = [c, a, a, b, a, a, b, a, b, a]  # commit order: c is the oldest
+        recs = [rec(w, hw, None if i == 8 else (i + 1) * 1e-4, trials=i) for i, w in enumerate(order)]
+        store.commit_records(recs)
+        store.commit_record(rec(a, replace(hw, tvm_version="other"), 1e-3, trials=99))
+        got = store.sample_records(hw, newest=8, per_workload=2)
+        # The 8 newest valid ones are all but c's (8 failed); of them a's newest 2 (9, 7) and b's (6, 3).
+        assert [r.provenance.trials for r in got] == [9, 7, 6, 3]
+        assert [r.provenance.trials for r in store.sample_records(hw, newest=100, per_workload=1)] == [9, 6, 0]
+        assert [r.provenance.trials for r in store.sample_records(hw, newest=2, per_workload=5)] == [9, 7]
+        assert store.sample_records(hw, newest=0, per_workload=3) == []
+        assert store.sample_records(hw, newest=5, per_workload=0) == []
+        assert all(r.trace == recs[r.provenance.trials].trace for r in got)
+
     def test_recent_provenance_is_newest_valid_first(self, store: BaseStore, wk: WorkloadKey, hw: HardwareKey) -> None:
         store.commit_records([rec(wk, hw, 1e-3 if i != 2 else None, trials=i) for i in range(5)])
         store.commit_record(rec(wk, replace(hw, tvm_version="other"), 1e-3, trials=99))

@@ -587,6 +587,27 @@ class Store(BaseStore):
                 return
             after = rows[-1][0]
 
+    def sample_records(self, hardware: HardwareKey, *, newest: int, per_workload: int) -> list[Record]:
+        """Return a sample of recent records (the contract's), picked in one query: a window over
+        the ``newest`` record ids ranks each workload's, and only the rows kept are decoded."""
+        if newest < 1 or per_workload < 1:
+            return []
+
+        def do(sess: Session) -> list[Record]:
+            recent = (select(RecordRow.id.label("id"), RecordRow.workload_id.label("wid"))
+                      .where(RecordRow.hardware_id == hardware.id, RecordRow.latency_s.is_not(None))
+                      .order_by(RecordRow.id.desc()).limit(newest).subquery())
+            rank = func.row_number().over(partition_by=recent.c.wid, order_by=recent.c.id.desc()).label("rank")
+            ranked = select(recent.c.id, rank).subquery()
+            q = (_records_query(hardware, None, None, True)
+                 .where(RecordRow.id.in_(select(ranked.c.id).where(ranked.c.rank <= per_workload)))
+                 .order_by(RecordRow.id.desc()))
+            with gc_paused():  # as in records()
+                return [record_value(r, WorkloadKey(w.shash, w.mod_eq), hardware_value(h))
+                        for r, w, h in sess.execute(q)]
+
+        return self._db.run(do, write=False)
+
     def recent_provenance(self, hardware: HardwareKey, *, limit: int) -> list[Provenance]:
         """Return the provenance of the newest valid records under ``hardware`` (no trace read)."""
         cols = (RecordRow.kind, RecordRow.source_workload, RecordRow.source_record, RecordRow.trials,
