@@ -145,6 +145,57 @@ def test_the_runner_replaces_its_worker_process_every_so_many_candidates(target:
 
 @pytest.mark.tvm
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps (Linux)")
+def test_a_build_limit_follows_the_tasks_median_and_a_slow_task_raises_its_own() -> None:
+    from tunecache.tvm_layer.measure import SLOW_BUILD_FACTOR, SLOW_BUILD_FLOOR_S, build_limit
+
+    assert build_limit([], [0.1] * 3, 60.0) == 60.0  # too few builds seen: only the timeout
+    assert build_limit([], [0.1] * 8, 60.0) == SLOW_BUILD_FLOOR_S  # 50 x 0.1 s, every task's
+    assert build_limit([1.0] * 8, [0.1] * 100, 60.0) == SLOW_BUILD_FACTOR * 1.0  # the task's own
+    assert build_limit([10.0] * 8, [0.1] * 100, 60.0) == 60.0  # never over the timeout
+    # A task whose every program builds slowly: its first batch is stopped at every task's limit,
+    # and those stops, counted at that limit, make its own limit 50 times as long.
+    first = build_limit([], [0.1] * 8, 60.0)
+    assert build_limit([first] * 8, [0.1] * 8 + [first] * 8, 600.0) == SLOW_BUILD_FACTOR * first
+
+
+@pytest.mark.tvm
+def test_a_candidate_slower_to_build_than_its_tasks_limit_is_stopped_as_data(
+        target: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate that builds longer than its task's limit (``build_limit``) is stopped, reported
+    as failed with the reason, and the builder's worker builds the next candidate."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    import tunecache.tvm_layer.measure as measure
+
+    mod = _matmul(16)
+    # A thousandth of its median: only the floor lets the matmul's builds through.
+    builder = make_builder(max_workers=1, artifact_dir=tmp_path, slow_factor=1e-3)
+    try:
+        seen = builder.build([BuilderInput(mod, target)] * measure.SLOW_BUILD_SAMPLES)
+        assert all(r.error_msg is None for r in seen)  # too few builds seen for a limit
+        task = measure._task_signature(mod)
+        assert task != measure._task_signature(_matmul(32))
+        assert builder.limit(task) == measure.SLOW_BUILD_FLOOR_S
+        monkeypatch.setattr(measure, "SLOW_BUILD_FLOOR_S", 1e-4)  # now no real build is fast enough
+        assert builder.limit(task) < 1e-3
+        [stopped] = builder.build([BuilderInput(mod, target)])
+        assert stopped.artifact_path is None and "too slow to compile" in stopped.error_msg
+        monkeypatch.undo()
+        [again] = builder.build([BuilderInput(mod, target)])  # on a fresh worker
+        assert again.error_msg is None and Path(again.artifact_path).is_file()
+    finally:
+        builder.close()
+    unlimited = make_builder(max_workers=1, artifact_dir=tmp_path, slow_factor=None)
+    monkeypatch.setattr(measure, "SLOW_BUILD_FLOOR_S", 1e-4)
+    try:
+        built = unlimited.build([BuilderInput(mod, target)] * (measure.SLOW_BUILD_SAMPLES + 1))
+        assert all(r.error_msg is None for r in built)
+    finally:
+        unlimited.close()
+    with pytest.raises(ConfigError, match="slow_factor"):
+        make_builder(slow_factor=0)
+
+
 def test_build_and_run_workers_never_load_torch(target: Any, tmp_path: Path) -> None:
     """``import tvm`` imports torch when it can (3 of a worker's 5 s start); the builder's and
     runner's worker processes, first and replacement ones alike, build and run without it."""

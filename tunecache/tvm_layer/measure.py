@@ -28,9 +28,12 @@ import contextlib
 import functools
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
+import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = [
     "COLD_REPEATS",
     "DEFAULT_BUILD_TIMEOUT_S",
+    "SLOW_BUILD_FACTOR",
+    "SLOW_BUILD_FLOOR_S",
+    "SLOW_BUILD_SAMPLES",
+    "build_limit",
     "DEFAULT_RUN_TIMEOUT_S",
     "RUNNER_PROCESS_USES",
     "Measurement",
@@ -60,6 +67,19 @@ __all__ = [
 
 #: Seconds one candidate may take to compile in a warm worker (a matmul takes 0.05-0.3 s).
 DEFAULT_BUILD_TIMEOUT_S = 60.0
+#: A candidate whose build takes over this many times its task's median build (the builder's
+#: median over every task until the task has :data:`SLOW_BUILD_SAMPLES` builds), and at least
+#: :data:`SLOW_BUILD_FLOOR_S`, is stopped and counted as failed. A classifier's 1 x 512 x 1,000
+#: dense has candidates that unroll its 512-long reduction around a 40-wide accumulator in
+#: memory: 11-29 s of LLVM each where the median candidate takes 0.10 s, 61 of the 69.5 s its
+#: 64 candidates took to build; the fastest program built in 0.06 s (session 35, AMD Zen 4). A
+#: model with such a program would pay it on every build too.
+SLOW_BUILD_FACTOR = 50.0
+#: The least a candidate may take to build before it can be stopped as too slow (BERT's softmax
+#: programs that unroll 512 steps take 2.5-3 s on Zen 4, and some are its fastest).
+SLOW_BUILD_FLOOR_S = 5.0
+#: Builds a task needs before its own median sets its limit (before that, every task's builds).
+SLOW_BUILD_SAMPLES = 8
 #: Seconds one candidate may take to load, fill its inputs and run ``1 + number*repeat`` times.
 DEFAULT_RUN_TIMEOUT_S = 30.0
 #: Candidates a runner's worker process measures before it is replaced by a fresh one: the
@@ -151,7 +171,7 @@ def _torchless_classes() -> tuple[Any, Any]:
             self._writer = os.fdopen(main_write, "wb")
 
     class TorchlessPool(PopenPoolExecutor):
-        def _worker_run(self, fn: Any, args: Any, kwargs: Any) -> Any:
+        def _worker_run(self, fn: Any, args: Any, kwargs: Any, timeout: float | None = None) -> Any:
             with self._lock:
                 tid = threading.get_ident()
                 proc = self._worker_map.get(tid)
@@ -159,8 +179,22 @@ def _torchless_classes() -> tuple[Any, Any]:
                     proc = TorchlessWorker(self._initializer, self._initargs, self._maximum_process_uses,
                                            self._stdout, self._stderr)
                     self._worker_map[tid] = proc
-            proc.send(fn, args, kwargs, self._timeout)
+            proc.send(fn, args, kwargs, self._timeout if timeout is None else timeout)
             return proc.recv()
+
+        def map_within(self, fn: Any, items: Any, timeout: float) -> Any:
+            """``map_with_error_catching`` with ``timeout`` seconds for each item."""
+            from tvm.support.popen_pool import MapResult, StatusKind
+
+            def one(x: Any) -> Any:
+                try:
+                    return MapResult(status=StatusKind.COMPLETE, value=self._worker_run(fn, (x,), None, timeout))
+                except TimeoutError as err:
+                    return MapResult(status=StatusKind.TIMEOUT, value=err)
+                except Exception as err:  # noqa: BLE001 - as TVM's map_with_error_catching
+                    return MapResult(status=StatusKind.EXCEPTION, value=err)
+
+            return self._threadpool.map(one, items)
 
     return TorchlessWorker, TorchlessPool
 
@@ -207,9 +241,58 @@ def _build_and_export(mod: Any, target: Any, artifact_root: str | None) -> str:
     return path
 
 
-def _build_packed(args: tuple[Any, Any, str | None]) -> str:
-    """``_build_and_export`` taking one tuple (the pool's ``map`` passes one argument)."""
-    return _build_and_export(*args)
+def _build_packed(args: tuple[Any, Any, str | None]) -> tuple[str, float]:
+    """``_build_and_export`` taking one tuple (the pool's ``map`` passes one argument), and the
+    seconds it took."""
+    t0 = time.perf_counter()
+    return _build_and_export(*args), time.perf_counter() - t0
+
+
+def build_limit(own: Sequence[float], every: Sequence[float], timeout_s: float, *,
+                factor: float = SLOW_BUILD_FACTOR, floor_s: float = SLOW_BUILD_FLOOR_S,
+                samples: int = SLOW_BUILD_SAMPLES) -> float:
+    """Seconds a task's next candidates may take to build.
+
+    Parameters
+    ----------
+    own, every
+        Build seconds of the task's candidates so far, and of every task's (a build stopped at
+        its limit counts as that limit, so a task whose every program builds slowly raises its
+        own limit after one batch).
+    timeout_s
+        The builder's limit, never exceeded.
+    factor, floor_s, samples
+        :data:`SLOW_BUILD_FACTOR`, :data:`SLOW_BUILD_FLOOR_S`, :data:`SLOW_BUILD_SAMPLES`.
+
+    Returns
+    -------
+    float
+        ``factor`` times the median of ``own`` (of ``every`` while ``own`` has fewer than
+        ``samples``), at least ``floor_s`` and at most ``timeout_s``; ``timeout_s`` while
+        ``every`` has fewer than ``samples`` either.
+
+    >>> build_limit([], [0.1] * 8, 60.0)
+    5.0
+    >>> build_limit([0.5] * 8, [0.1] * 100, 60.0)
+    25.0
+    >>> build_limit([], [0.1] * 3, 60.0)
+    60.0
+    """
+    seen = own if len(own) >= samples else every
+    if len(seen) < samples:
+        return float(timeout_s)
+    return float(min(timeout_s, max(floor_s, factor * statistics.median(seen))))
+
+
+def _task_signature(mod: Any) -> str:
+    """What tells one task's candidates from another's in a builder: the shapes and dtypes of
+    its function's parameters (every candidate of a task has the same)."""
+    from tunecache.tvm_layer.tir import first_primfunc
+
+    try:  # TVM 0.27: a PrimFunc's parameter is its buffer (tir.argument_bytes)
+        return repr([(str(list(p.shape)), str(p.dtype)) for p in first_primfunc(mod).params if hasattr(p, "shape")])
+    except Exception:  # noqa: BLE001 - a module this cannot read shares one history
+        return ""
 
 
 def _describe(err: BaseException) -> str:
@@ -241,14 +324,20 @@ def _builder_class() -> Any:
                 max_workers: int,
                 timeout_s: float,
                 artifact_dir: str | None,
+                slow_factor: float | None = SLOW_BUILD_FACTOR,
             ) -> None:
                 super().__init__()
                 self.max_workers = max_workers
                 self.timeout_s = timeout_s
+                self.slow_factor = slow_factor
                 self.artifact_dir = artifact_dir
                 self._pool: Any = None
                 self._pool_kind: str | None = None
                 self._lock = threading.Lock()
+                # Build seconds per task (:func:`_task_signature`) and of every task: the limits
+                # of :func:`build_limit`.
+                self._seconds: dict[str, deque[float]] = {}
+                self._every: deque[float] = deque(maxlen=256)
 
             # -- the MetaSchedule protocol ------------------------------------------------
             def build(self, build_inputs: Sequence[BuilderInput]) -> list[BuilderResult]:
@@ -261,11 +350,25 @@ def _builder_class() -> Any:
             # -- helpers ------------------------------------------------------------------
             def _build_here(self, inp: BuilderInput) -> BuilderResult:
                 try:
-                    return BuilderResult(
-                        _build_and_export(inp.mod, inp.target, self.artifact_dir), None
-                    )
+                    path, secs = _build_packed((inp.mod, inp.target, self.artifact_dir))
                 except Exception as err:  # noqa: BLE001 - one candidate's failure is data
                     return BuilderResult(None, f"tunecache builder: build failed: {_describe(err)}")
+                self._took(_task_signature(inp.mod), [secs])
+                return BuilderResult(path, None)
+
+            def _took(self, task: str, seconds: Sequence[float]) -> None:
+                with self._lock:
+                    self._seconds.setdefault(task, deque(maxlen=64)).extend(seconds)
+                    self._every.extend(seconds)
+
+            def limit(self, task: str) -> float:
+                """Seconds the next candidate of ``task`` may take to build (:func:`build_limit`)."""
+                if self.slow_factor is None:
+                    return float(self.timeout_s)
+                with self._lock:
+                    own, every = list(self._seconds.get(task, ())), list(self._every)
+                return build_limit(own, every, self.timeout_s, factor=self.slow_factor,
+                                   floor_s=SLOW_BUILD_FLOOR_S, samples=SLOW_BUILD_SAMPLES)
 
             def _get_pool(self, target_kind: str) -> Any:
                 with self._lock:
@@ -287,11 +390,29 @@ def _builder_class() -> Any:
                 kind = str(build_inputs[0].target.kind.name)
                 pool = self._get_pool(kind)
                 args = [(inp.mod, inp.target, self.artifact_dir) for inp in build_inputs]
+                task = _task_signature(build_inputs[0].mod)  # a search builds one task a batch
+                within = getattr(pool, "map_within", None)  # TVM's own pool: the fixed timeout
+                limit = self.limit(task) if within is not None else self.timeout_s
+                outcomes = (within(_build_packed, args, limit) if within is not None
+                            else pool.map_with_error_catching(_build_packed, args))
                 results: list[BuilderResult] = []
-                for outcome in pool.map_with_error_catching(_build_packed, args):
+                took: list[float] = []
+                for outcome in outcomes:
                     if outcome.status == StatusKind.COMPLETE:
-                        results.append(BuilderResult(str(outcome.value), None))
+                        path, secs = outcome.value
+                        took.append(float(secs))
+                        results.append(BuilderResult(str(path), None))
+                    elif outcome.status == StatusKind.TIMEOUT and limit < self.timeout_s:
+                        took.append(limit)
+                        results.append(BuilderResult(
+                            None,
+                            f"tunecache builder: stopped after {limit:.1f} s, over {self.slow_factor:g}x the "
+                            "median build of its task (of every task before its "
+                            f"{SLOW_BUILD_SAMPLES}th): too slow to compile; a model with this program would pay "
+                            "that on every build (make_builder(slow_factor=None) waits up to timeout_s)",
+                        ))
                     elif outcome.status == StatusKind.TIMEOUT:
+                        took.append(limit)
                         results.append(
                             BuilderResult(
                                 None,
@@ -306,6 +427,7 @@ def _builder_class() -> Any:
                                 "tunecache builder: build failed: " + _describe(outcome.value),
                             )
                         )
+                self._took(task, took)
                 return results
 
             def warm_up(self, target_kind: str = "llvm") -> None:
@@ -333,6 +455,7 @@ def make_builder(
     timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
     artifact_dir: str | os.PathLike[str] | None = None,
     warm_up_for: str | None = "llvm",
+    slow_factor: float | None = SLOW_BUILD_FACTOR,
 ) -> Builder:
     """Create a MetaSchedule builder that builds in processes which imported TVM once.
 
@@ -353,6 +476,11 @@ def make_builder(
         Target kind whose workers to start right away, in the background, so their start-up
         (~3 s each) overlaps with the runner's and the search's set-up; ``None`` starts them at
         the first ``build()``. Workers started for another kind are replaced on first use.
+    slow_factor
+        A candidate that takes over this many times its task's median build, and at least
+        :data:`SLOW_BUILD_FLOOR_S`, is stopped and reported as failed (:func:`build_limit`;
+        :data:`SLOW_BUILD_FACTOR` says why). ``None``: only ``timeout_s`` stops a build. Builds in
+        the calling process (``max_workers=0``) are never stopped.
 
     Returns
     -------
@@ -380,7 +508,9 @@ def make_builder(
         raise ConfigError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     cls = _builder_class()
     root = None if artifact_dir is None else str(Path(artifact_dir).resolve())
-    builder: Builder = cls(workers, float(timeout_s), root)
+    if slow_factor is not None and not slow_factor > 0:
+        raise ConfigError(f"slow_factor must be a positive number or None, got {slow_factor!r}")
+    builder: Builder = cls(workers, float(timeout_s), root, None if slow_factor is None else float(slow_factor))
     if warm_up_for is not None:
         builder.warm_up(warm_up_for)
     return builder
