@@ -162,7 +162,7 @@ def test_a_build_limit_follows_the_tasks_median_and_a_slow_task_raises_its_own()
 def test_a_candidate_slower_to_build_than_its_tasks_limit_is_stopped_as_data(
         target: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A candidate that builds longer than its task's limit (``build_limit``) is stopped, reported
-    as failed with the reason, and the builder's worker builds the next candidate."""
+    as failed with the reason, leaves no files, and the builder's worker builds the next candidate."""
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     import tunecache.tvm_layer.measure as measure
@@ -178,8 +178,10 @@ def test_a_candidate_slower_to_build_than_its_tasks_limit_is_stopped_as_data(
         assert builder.limit(task) == measure.SLOW_BUILD_FLOOR_S
         monkeypatch.setattr(measure, "SLOW_BUILD_FLOOR_S", 1e-4)  # now no real build is fast enough
         assert builder.limit(task) < 1e-3
+        before = sorted(tmp_path.iterdir())
         [stopped] = builder.build([BuilderInput(mod, target)])
         assert stopped.artifact_path is None and "too slow to compile" in stopped.error_msg
+        assert sorted(tmp_path.iterdir()) == before  # its directory, LLVM's files in it, removed
         monkeypatch.undo()
         [again] = builder.build([BuilderInput(mod, target)])  # on a fresh worker
         assert again.error_msg is None and Path(again.artifact_path).is_file()

@@ -49,12 +49,12 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = [
     "COLD_REPEATS",
     "DEFAULT_BUILD_TIMEOUT_S",
+    "DEFAULT_RUN_TIMEOUT_S",
+    "RUNNER_PROCESS_USES",
     "SLOW_BUILD_FACTOR",
     "SLOW_BUILD_FLOOR_S",
     "SLOW_BUILD_SAMPLES",
     "build_limit",
-    "DEFAULT_RUN_TIMEOUT_S",
-    "RUNNER_PROCESS_USES",
     "Measurement",
     "close_runner",
     "default_build_workers",
@@ -216,12 +216,21 @@ def _torchless_popen_workers() -> Iterator[None]:
             popen_pool.PopenWorker = before
 
 
-def _build_and_export(mod: Any, target: Any, artifact_root: str | None) -> str:
+def _artifact_dir(artifact_root: str | None) -> str:
+    """A fresh directory for one candidate's artifact (under ``artifact_root``, made if missing)."""
+    if artifact_root is not None:
+        os.makedirs(artifact_root, exist_ok=True)
+    return tempfile.mkdtemp(prefix="tc-build-", dir=artifact_root)
+
+
+def _build_and_export(mod: Any, target: Any, artifact_root: str | None, out_dir: str | None = None) -> str:
     """Compile one candidate and export it as a tar for ``LocalRunner``; return its path.
 
     Runs in a build worker (or in-process). Mirrors MetaSchedule's ``default_build`` and
-    ``default_export``: each artifact gets its own directory because the
-    ``RemoveBuildArtifact`` measure callback deletes the artifact's whole directory.
+    ``default_export``: each artifact gets its own directory (``out_dir``, made here when not
+    given) because the ``RemoveBuildArtifact`` measure callback deletes the artifact's whole
+    directory. LLVM's object files are written inside it too, so a worker stopped in the middle
+    of an export leaves nothing elsewhere: whoever made ``out_dir`` removes it.
     """
     tvm = load_tvm(str(target.kind.name))
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
@@ -229,19 +238,20 @@ def _build_and_export(mod: Any, target: Any, artifact_root: str | None) -> str:
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     rt_mod = tvm.tirx.build(mod, target)
-    if artifact_root is not None:
-        os.makedirs(artifact_root, exist_ok=True)
-    out_dir = tempfile.mkdtemp(prefix="tc-build-", dir=artifact_root)
+    out_dir = _artifact_dir(artifact_root) if out_dir is None else out_dir
     path = os.path.join(out_dir, _ARTIFACT_NAME)
+    work = os.path.join(out_dir, "work")
     try:
-        rt_mod.export_library(path, fcompile=tar)
+        os.makedirs(work, exist_ok=True)
+        rt_mod.export_library(path, fcompile=tar, workspace_dir=work)
+        shutil.rmtree(work, ignore_errors=True)
     except BaseException:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
     return path
 
 
-def _build_packed(args: tuple[Any, Any, str | None]) -> tuple[str, float]:
+def _build_packed(args: tuple[Any, ...]) -> tuple[str, float]:
     """``_build_and_export`` taking one tuple (the pool's ``map`` passes one argument), and the
     seconds it took."""
     t0 = time.perf_counter()
@@ -389,7 +399,10 @@ def _builder_class() -> Any:
             def _build_in_pool(self, build_inputs: Sequence[BuilderInput]) -> list[BuilderResult]:
                 kind = str(build_inputs[0].target.kind.name)
                 pool = self._get_pool(kind)
-                args = [(inp.mod, inp.target, self.artifact_dir) for inp in build_inputs]
+                # Each candidate's directory is made here, so that a build stopped in its worker
+                # (whose files are all in it) is removed here.
+                dirs = [_artifact_dir(self.artifact_dir) for _ in build_inputs]
+                args = [(inp.mod, inp.target, self.artifact_dir, d) for inp, d in zip(build_inputs, dirs, strict=True)]
                 task = _task_signature(build_inputs[0].mod)  # a search builds one task a batch
                 within = getattr(pool, "map_within", None)  # TVM's own pool: the fixed timeout
                 limit = self.limit(task) if within is not None else self.timeout_s
@@ -397,7 +410,9 @@ def _builder_class() -> Any:
                             else pool.map_with_error_catching(_build_packed, args))
                 results: list[BuilderResult] = []
                 took: list[float] = []
-                for outcome in outcomes:
+                for outcome, out_dir in zip(outcomes, dirs, strict=True):
+                    if outcome.status != StatusKind.COMPLETE:
+                        shutil.rmtree(out_dir, ignore_errors=True)
                     if outcome.status == StatusKind.COMPLETE:
                         path, secs = outcome.value
                         took.append(float(secs))
