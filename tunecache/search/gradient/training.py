@@ -168,7 +168,8 @@ def _read_store(store: Any, hardware: Any, limit: int, workloads: int, per_workl
     taken: dict[Any, int] = {}  # rows per workload: those in it are the workloads that count
     misses: dict[Any, int] = {}
     # A capped sample comes from the store's own query: on a zoo store it decodes 586 of 1,743
-    # records (the rest were decoded to be skipped: 0.3 of read_store's 1.1 s, session 35).
+    # records (the rest were decoded only to be skipped: read_store 0.87-0.97 s, was 1.07-1.10 s;
+    # session 35).
     recs = (store.iter_records(hardware=hardware, valid_only=True, newest_first=True) if per_workload is None
             else store.sample_records(hardware, newest=4 * limit, per_workload=per_workload))
     for scanned, rec in enumerate(recs):
