@@ -359,12 +359,10 @@ def _builder_class() -> Any:
 
             # -- helpers ------------------------------------------------------------------
             def _build_here(self, inp: BuilderInput) -> BuilderResult:
-                try:
-                    path, secs = _build_packed((inp.mod, inp.target, self.artifact_dir))
+                try:  # never stopped here: no limit to keep a history for
+                    return BuilderResult(_build_and_export(inp.mod, inp.target, self.artifact_dir), None)
                 except Exception as err:  # noqa: BLE001 - one candidate's failure is data
                     return BuilderResult(None, f"tunecache builder: build failed: {_describe(err)}")
-                self._took(_task_signature(inp.mod), [secs])
-                return BuilderResult(path, None)
 
             def _took(self, task: str, seconds: Sequence[float]) -> None:
                 with self._lock:
