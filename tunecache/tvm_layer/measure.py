@@ -408,6 +408,18 @@ def _builder_class() -> Any:
                             else pool.map_with_error_catching(_build_packed, args))
                 results: list[BuilderResult] = []
                 took: list[float] = []
+                try:
+                    self._collect(outcomes, dirs, limit, results, took)
+                except BaseException:  # interrupted: the directories no result names go too
+                    for out_dir in dirs[len(results):]:
+                        shutil.rmtree(out_dir, ignore_errors=True)
+                    raise
+                self._took(task, took)
+                return results
+
+            def _collect(self, outcomes: Any, dirs: Sequence[str], limit: float, results: list[BuilderResult],
+                         took: list[float]) -> None:
+                """Append each outcome's result to ``results`` and its build seconds to ``took``."""
                 for outcome, out_dir in zip(outcomes, dirs, strict=True):
                     if outcome.status != StatusKind.COMPLETE:
                         shutil.rmtree(out_dir, ignore_errors=True)
@@ -440,8 +452,6 @@ def _builder_class() -> Any:
                                 "tunecache builder: build failed: " + _describe(outcome.value),
                             )
                         )
-                self._took(task, took)
-                return results
 
             def warm_up(self, target_kind: str = "llvm") -> None:
                 """Start the worker processes now, in the background (returns at once)."""
