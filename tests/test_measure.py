@@ -143,8 +143,6 @@ def test_the_runner_replaces_its_worker_process_every_so_many_candidates(target:
     assert len(set(pids)) == 3, pids
 
 
-@pytest.mark.tvm
-@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps (Linux)")
 def test_a_build_limit_follows_the_tasks_median_and_a_slow_task_raises_its_own() -> None:
     from tunecache.tvm_layer.measure import SLOW_BUILD_FACTOR, SLOW_BUILD_FLOOR_S, build_limit
 
@@ -198,6 +196,8 @@ def test_a_candidate_slower_to_build_than_its_tasks_limit_is_stopped_as_data(
         make_builder(slow_factor=0)
 
 
+@pytest.mark.tvm
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps (Linux)")
 def test_build_and_run_workers_never_load_torch(target: Any, tmp_path: Path) -> None:
     """``import tvm`` imports torch when it can (3 of a worker's 5 s start); the builder's and
     runner's worker processes, first and replacement ones alike, build and run without it."""
