@@ -223,25 +223,24 @@ def _artifact_dir(artifact_root: str | None) -> str:
     return tempfile.mkdtemp(prefix="tc-build-", dir=artifact_root)
 
 
-def _build_and_export(mod: Any, target: Any, artifact_root: str | None, out_dir: str | None = None) -> str:
-    """Compile one candidate and export it as a tar for ``LocalRunner``; return its path.
+def _build_and_export(mod: Any, target: Any, out_dir: str) -> str:
+    """Compile one candidate and export it as a tar for ``LocalRunner`` into ``out_dir``
+    (:func:`_artifact_dir`); return its path.
 
     Runs in a build worker (or in-process). Mirrors MetaSchedule's ``default_build`` and
-    ``default_export``: each artifact gets its own directory (``out_dir``, made here when not
-    given) because the ``RemoveBuildArtifact`` measure callback deletes the artifact's whole
-    directory. LLVM's object files are written inside it too, so a worker stopped in the middle
-    of an export leaves nothing elsewhere: whoever made ``out_dir`` removes it.
+    ``default_export``: each artifact gets its own directory because the ``RemoveBuildArtifact``
+    measure callback deletes the artifact's whole directory. LLVM's object files are written
+    inside it too, so a worker stopped in the middle of an export leaves nothing elsewhere: the
+    builder, which made ``out_dir``, removes it. A build that fails removes it here.
     """
     tvm = load_tvm(str(target.kind.name))
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.support.tar import tar
 
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    rt_mod = tvm.tirx.build(mod, target)
-    out_dir = _artifact_dir(artifact_root) if out_dir is None else out_dir
     path = os.path.join(out_dir, _ARTIFACT_NAME)
     work = os.path.join(out_dir, "work")
     try:
+        rt_mod = tvm.tirx.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target)
         os.makedirs(work, exist_ok=True)
         rt_mod.export_library(path, fcompile=tar, workspace_dir=work)
         shutil.rmtree(work, ignore_errors=True)
@@ -251,7 +250,7 @@ def _build_and_export(mod: Any, target: Any, artifact_root: str | None, out_dir:
     return path
 
 
-def _build_packed(args: tuple[Any, ...]) -> tuple[str, float]:
+def _build_packed(args: tuple[Any, Any, str]) -> tuple[str, float]:
     """``_build_and_export`` taking one tuple (the pool's ``map`` passes one argument), and the
     seconds it took."""
     t0 = time.perf_counter()
@@ -360,7 +359,7 @@ def _builder_class() -> Any:
             # -- helpers ------------------------------------------------------------------
             def _build_here(self, inp: BuilderInput) -> BuilderResult:
                 try:  # never stopped here: no limit to keep a history for
-                    return BuilderResult(_build_and_export(inp.mod, inp.target, self.artifact_dir), None)
+                    return BuilderResult(_build_and_export(inp.mod, inp.target, _artifact_dir(self.artifact_dir)), None)
                 except Exception as err:  # noqa: BLE001 - one candidate's failure is data
                     return BuilderResult(None, f"tunecache builder: build failed: {_describe(err)}")
 
@@ -400,7 +399,7 @@ def _builder_class() -> Any:
                 # Each candidate's directory is made here, so that a build stopped in its worker
                 # (whose files are all in it) is removed here.
                 dirs = [_artifact_dir(self.artifact_dir) for _ in build_inputs]
-                args = [(inp.mod, inp.target, self.artifact_dir, d) for inp, d in zip(build_inputs, dirs, strict=True)]
+                args = [(inp.mod, inp.target, d) for inp, d in zip(build_inputs, dirs, strict=True)]
                 task = _task_signature(build_inputs[0].mod)  # a search builds one task a batch
                 within = getattr(pool, "map_within", None)  # TVM's own pool: the fixed timeout
                 limit = self.limit(task) if within is not None else self.timeout_s
