@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from _models import te_conv, te_matmul
@@ -162,3 +163,28 @@ def test_cli_plan_json_names_every_source(tmp_path) -> None:
     trivial = [n for n in js["nodes"] if n.get("family") == "other"]
     assert trivial and all(n["est_trials"] == 1 for n in trivial)
     assert js["estimated_trials"] <= js["scratch_trials"]
+
+
+def test_a_small_models_task_is_shared_by_its_own_models_time(tvm, target) -> None:
+    """A warm plans several models' tasks together (``ModelPlan.models``): a task of a small model
+    gets its share of that model's estimated time, not of the whole plan's, so it is not cut to a
+    replay for being small beside a large model; a task of two models takes its larger share."""
+    from tunecache.search import execute
+
+    big = te_conv(tvm, (1, 56, 56, 256), 3, 256, pad=1, layout="NHWC")
+    small = te_conv(tvm, (1, 14, 14, 16), 3, 16, pad=1, layout="NHWC")
+    shared = te_conv(tvm, (1, 14, 14, 32), 1, 16, layout="NHWC")
+    items = _items([("big", big), ("small", small), ("shared", shared)])
+    mp = plan_tasks(describe_tasks(items, target), bridges=False)
+    mods = {t.node: m for t in mp.tasks.values() for k, _n, _w, m in items if k == t.key}
+    node = {mp.tasks[n].name: n for n in mp.tasks}
+    merged = execute._work_shares(mp, mods)  # one model: the whole plan
+    assert merged[node["small"]] < execute.REPLAYS_ONLY_BELOW and merged[node["shared"]] < execute.REPLAYS_ONLY_BELOW
+    calls = {"big": {"large_model": 1.0}, "small": {"small_model": 1.0},
+             "shared": {"large_model": 1.0, "small_model": 1.0}}
+    per_model = execute._work_shares(replace(mp, models={node[k]: v for k, v in calls.items()}), mods)
+    small_total = merged[node["small"]] + merged[node["shared"]]
+    assert per_model[node["small"]] == pytest.approx(merged[node["small"]] / small_total)
+    assert per_model[node["shared"]] == pytest.approx(merged[node["shared"]] / small_total)
+    assert per_model[node["small"]] > execute.REPLAYS_ONLY_BELOW
+    assert per_model[node["big"]] == pytest.approx(merged[node["big"]] / (merged[node["big"]] + merged[node["shared"]]))

@@ -8,7 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,3 +141,33 @@ def test_warm_from_python_plans_then_tunes(tmp_path: Path) -> None:
     st, hw = Store(db), hardware_key(resolve_target(None))
     assert any(o.trials > 1 for o in rep.outcomes)
     assert all(st.best_k(o.key, hw, 1)[0].cv is not None for o in rep.outcomes if o.trials > 1)
+
+
+def test_a_warm_shares_each_task_by_its_own_models_time(tmp_path: Path, monkeypatch) -> None:
+    """Both models' tasks are planned together, and each task's share of estimated time (what
+    decides whether a reused task gets its replay only, or is escalated) is of its own model:
+    model_b's own layer is a larger share of model_b than of the two models together, and the
+    layer both models have counts once in each."""
+    from tunecache import warming
+    from tunecache.search import execute
+
+    seen: dict[str, Any] = {}
+    real = execute._work_shares
+
+    def watched(mp: Any, mods: Any) -> dict[str, float]:
+        seen.update(mp=mp, mods=mods)
+        return real(mp, mods)
+
+    monkeypatch.setattr(execute, "_work_shares", watched)
+    rep = warming.warm(MODELS, store=str(tmp_path / "w.db"), full_trials=2, reuse_trials=1, seed=1,
+                       progress=False, bridges=False)
+    assert rep.outcomes and seen, "the warm planned nothing"
+    mp, mods = seen["mp"], seen["mods"]
+    assert set(mp.models) == set(mp.tasks)
+    by_models = {tuple(sorted(m)): n for n, m in mp.models.items()}
+    assert set(by_models) == {(MODELS[0],), (MODELS[1],), tuple(sorted(MODELS))}
+    assert mp.models[by_models[tuple(sorted(MODELS))]] == {MODELS[0]: 1.0, MODELS[1]: 1.0}
+    own, whole = real(mp, mods), real(replace(mp, models={}), mods)
+    only_b = by_models[(MODELS[1],)]
+    assert own[only_b] > whole[only_b]
+    assert all(own[n] >= whole[n] for n in mp.tasks)

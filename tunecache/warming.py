@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from tunecache.progress import ProgressPrinter
 from tunecache.report import WarmReport
 from tunecache.values import TaskOutcome
 
-__all__ = ["WarmReport", "collect_model_tasks", "warm", "warm_tasks", "load_zoo_file", "ray_cluster"]
+__all__ = ["WarmReport", "collect_model_tasks", "collect_models", "warm", "warm_tasks", "load_zoo_file", "ray_cluster"]
 
 
 def load_zoo_file(path: str | Path) -> tuple[list[str], list[Any]]:
@@ -83,9 +83,17 @@ def collect_model_tasks(specs: Sequence[str], target: Any) -> list[Any]:
     UnsupportedModelError
         Naming the model spec, when its factory or its import raised something else.
     """
+    return collect_models(specs, target)[0]
+
+
+def collect_models(specs: Sequence[str], target: Any) -> tuple[list[Any], dict[Any, dict[str, float]]]:
+    """:func:`collect_model_tasks`, and each task's calls in each model that has it (workload
+    key -> model spec -> calls): the plan takes a task's share of its own model's time from them
+    (:attr:`tunecache.reuse.planner.ModelPlan.models`)."""
     from tunecache.planning import collect_tasks
 
     merged: dict[Any, Any] = {}
+    calls: dict[Any, dict[str, float]] = {}
     for spec in specs:
         try:
             tasks = collect_tasks([spec], target)
@@ -97,7 +105,9 @@ def collect_model_tasks(specs: Sequence[str], target: Any) -> list[Any]:
                 "file, or leave it out (--debug shows the traceback)") from err
         for t in tasks:
             merged[t.key] = replace(merged[t.key], weight=merged[t.key].weight + t.weight) if t.key in merged else t
-    return list(merged.values())
+            per = calls.setdefault(t.key, {})
+            per[spec] = per.get(spec, 0.0) + float(t.weight)
+    return list(merged.values()), calls
 
 
 def warm(
@@ -174,11 +184,11 @@ def warm(
     hw = hardware_key(tgt)
     st = open_store(store)
     with ray_cluster(address if executor == "ray" and not dry_run else None):
-        tasks = collect_model_tasks(list(models), tgt)
+        tasks, calls = collect_models(list(models), tgt)
         return warm_tasks(tasks, tgt, hw, st, t0, full_trials=full_trials, reuse_trials=reuse_trials,
                           time_budget_s=time_budget_s, executor=executor, address=address, runner=runner,
                           bridges=bridges, dry_run=dry_run, seed=seed, progress=progress, holder=holder,
-                          search=search)
+                          search=search, model_calls=calls)
 
 
 def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, full_trials: int,
@@ -186,7 +196,7 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
                runner: str | None = None, bridges: bool = True, dry_run: bool = False, seed: int | None = None,
                progress: bool = True, holder: str | None = None, label: str = "warm",
                polish: bool = False, search: str = DEFAULT_SEARCH, measurers: tuple[Any, Any] | None = None,
-               ) -> WarmReport:
+               model_calls: Mapping[Any, Mapping[str, float]] | None = None) -> WarmReport:
     """The body of :func:`warm` once the tasks, target, store and cluster are there (the
     worker's too, :mod:`tunecache.worker`): plan the tasks not done, execute the plan.
 
@@ -196,7 +206,9 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     (:func:`tunecache.search.execute.execute_plan`); ``measurers`` is a ``(builder, runner)``
     pair the caller keeps open across calls (the local executor without ``runner``; their worker
     processes take seconds to start: a worker draining its queue batch by batch starts them
-    once), else each call makes and closes its own. Other parameters as in :func:`warm`.
+    once), else each call makes and closes its own; ``model_calls`` (:func:`collect_models`) makes
+    each task's share of estimated time its own model's, not the whole plan's. Other parameters as
+    in :func:`warm`.
     """
     from tunecache.pipeline import lookup, stored_records
     from tunecache.planning import make_plan
@@ -215,6 +227,8 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     todo = [t for t in tasks if t.key not in done_keys and t.key not in failed_before]
     mp = bounded_plan(make_plan(todo, tgt, hw, st, bridges=bridges, full_trials=full_trials), full_trials,
                       reuse_trials)
+    if model_calls:
+        mp = replace(mp, models={n: dict(model_calls[t.key]) for n, t in mp.tasks.items() if t.key in model_calls})
     hits = tuple(t.name for t in done)
     plan_text, plan_json = mp.to_text(), mp.to_json()
     scratch_trials, estimated_trials = float(mp.plan.scratch_trials), float(plan_estimate(mp))

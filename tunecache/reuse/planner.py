@@ -59,6 +59,10 @@ class ModelPlan:
         Names of tasks served from the store (not planned).
     cost_model
         The cost model used (seconds per trial included).
+    models
+        Node id -> the task's calls in each model that has it (model spec -> calls), for a plan
+        of several models' tasks (``tunecache warm``); empty when the plan is one model's. A
+        task's share of its model's estimated time (``search.execute``) is taken per model.
     """
 
     plan: Plan
@@ -67,6 +71,7 @@ class ModelPlan:
     bridges: dict[str, LoopNest] = field(default_factory=dict)
     hits: tuple[str, ...] = ()
     cost_model: CostModel = field(default_factory=CostModel)
+    models: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def source_of(self, node: str) -> dict[str, Any]:
         """Return ``{"kind": root|store|task|bridge, ...}`` for a node's source."""

@@ -95,7 +95,7 @@ class NodeSpec:
     family
         Operator family (what the shared cost model pre-trains on); ``""`` when unknown.
     share
-        The task's share of its plan (:func:`_work_shares`; 1 for a bridge): a reused task
+        The task's share of its model's estimated time (:func:`_work_shares`; 1 for a bridge): a reused task
         below :data:`ESCALATE_MIN_SHARE` is not escalated, one below
         :data:`REPLAYS_ONLY_BELOW` gets its replay and its predicted program only.
     extents
@@ -347,7 +347,7 @@ def search_reuse(spec: NodeSpec, source: NodeSpec, ctx: SearchContext, *,
     Falls back to a full search when the source has no valid program, and escalates to one
     when the reused program's throughput is below ``ctx.escalate_below`` times the source's,
     measured side by side (the bar multiplied by :data:`PRIME_BAR` where an extent of it is a
-    prime its source lacks). A task below :data:`REPLAYS_ONLY_BELOW` of the plan's estimated time gets
+    prime its source lacks). A task below :data:`REPLAYS_ONLY_BELOW` of its model's estimated time gets
     round 0 only, of two programs, its source's best replayed and its predicted one (and the
     neighbourhood rounds where neither reaches the escalation bar and an extent of it is a
     prime its source lacks).
@@ -648,8 +648,15 @@ def node_specs(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, NodeSpec]:
 
 
 def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
-    """Each planned task's share of the plan's estimated time: calls x a roofline estimate of one
-    call, ``max(work, RIDGE x argument bytes)``, over all tasks.
+    """Each planned task's share of its model's estimated time: calls x a roofline estimate of one
+    call, ``max(work, RIDGE x argument bytes)``, over all the planned tasks of that model
+    (``mp.models``; all of the plan's tasks when it is one model's). A task of several models
+    takes its largest share.
+
+    Shares are per model because a warm plans several models' tasks together: over the whole
+    zoo (``tunecache warm resnet18 resnet50 mobilenet_v2 bert_base``), ResNet-18's stride-2
+    convolution, 3.5% of ResNet-18, came to 0.3%, below :data:`REPLAYS_ONLY_BELOW`; its replay
+    stood, where 24 more trials around it found a program 0.80-0.86x as long (session 36).
 
     Work alone (multiply-adds) called MobileNetV2's largest depthwise convolutions 0.9% and 1.4%
     of the model where they took 5.5% and 5.8% of its kernel time (9 multiply-adds an output,
@@ -659,10 +666,18 @@ def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
     """
     from tunecache.tvm_layer.tir import argument_bytes
 
-    est = {n: float(t.weight) * max(float(t.nest.work), RIDGE * (argument_bytes(mods[n]) if n in mods else 0))
-           for n, t in mp.tasks.items()}
-    total = sum(est.values()) or 1.0
-    return {n: e / total for n, e in est.items()}
+    call = {n: max(float(t.nest.work), RIDGE * (argument_bytes(mods[n]) if n in mods else 0))
+            for n, t in mp.tasks.items()}
+    by_model: dict[str, dict[str, float]] = {}  # model -> node -> calls x one call's estimate
+    for n, t in mp.tasks.items():
+        for model, calls in (mp.models.get(n) or {"": float(t.weight)}).items():
+            by_model.setdefault(model, {})[n] = float(calls) * call[n]
+    share = dict.fromkeys(mp.tasks, 0.0)
+    for est in by_model.values():
+        total = sum(est.values()) or 1.0
+        for n, e in est.items():
+            share[n] = max(share[n], e / total)
+    return share
 
 
 #: Multiply-adds a kernel does in the time it takes to move one byte of its arguments (a
@@ -673,7 +688,7 @@ def _work_shares(mp: ModelPlan, mods: dict[str, Any]) -> dict[str, float]:
 RIDGE = 4.0
 
 
-#: A reused task whose share of the plan's estimated time (:func:`_work_shares`) is below this is
+#: A reused task whose share of its model's estimated time (:func:`_work_shares`) is below this is
 #: not escalated to a full search when its throughput falls short of its source's: BERT's softmax
 #: at 64 tokens (0.68x its 128-token source's) took 102 s of a 125 s compile at B = 128, for a
 #: kernel worth under 1% of the model; its layer norm at 256 tokens, 17 s of 39 s.
@@ -689,7 +704,7 @@ ESCALATE_MIN_SHARE = 0.02
 #: layer norm's replay alone at 0.18x (15 us after a narrowed search, 96 us replayed).
 PRIME_BAR = 0.5
 
-#: A reused task whose share of the plan's estimated time is below this gets round 0 of a narrowed search
+#: A reused task whose share of its model's estimated time is below this gets round 0 of a narrowed search
 #: only, with two programs (its source's best replayed and its predicted program, each measured
 #: once; the faster is kept), unless neither reaches the escalation bar and a prime extent its
 #: source lacks makes the replay no guide: then the neighbourhood rounds too (session 30). BERT's
