@@ -59,4 +59,5 @@ rc = [(j, n) for j, (n, op, _) in enumerate(per[0]) if op in ("Conv", "MaxPool",
 print(len(oc), len(rc))
 for (j, s), (k, n) in zip(oc, rc):
     a = q([o[1][j][1] for o in ours], .5); b = q([r[k][2] for r in per], .5)
-    print(f"{s[:44]:44s} {a:7.3f} | {n[-40:]:40s} {b:7.3f}  {a/b:5.2f}")
+    a0 = q([o[1][j][1] for o in ours], 0); b0 = q([r[k][2] for r in per], 0)
+    print(f"{s[:40]:40s} {a:7.3f} {a0:7.3f} | {n[-30:]:30s} {b:7.3f} {b0:7.3f}  {a/b:5.2f} {a0/b0:5.2f}")

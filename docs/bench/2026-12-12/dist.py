@@ -2,18 +2,12 @@
 import json, sqlite3, sys, time, os, warnings, statistics
 warnings.simplefilter("ignore")
 import numpy as np, tvm
-from tunecache.tvm_layer.convert import workload_from_json
-from tunecache.store.keys import WorkloadKey
 from tunecache.search.narrow.replay import replay_on
-from tunecache.tvm_layer.measure import _build_and_export  # noqa
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _stored import stored  # noqa: E402
 db, name = sys.argv[1], sys.argv[2]
-c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-wid, mod_json, shash = c.execute("select id, mod_json, shash from tc_workload where name=?", (name,)).fetchone()
-tr, = c.execute("select trace_json from tc_record where workload_id=? and latency_s is not null order by latency_s limit 1", (wid,)).fetchone()
-hw = c.execute("select target from tc_hardware").fetchone()[0]
-target = tvm.target.Target(json.loads(hw) if hw.startswith("{") else hw)
-mod = workload_from_json(WorkloadKey(shash, "x"), mod_json).mod
-sch = replay_on(json.loads(tr), mod, target)
+mod, target, (tr,), _ = stored(db, name)
+sch = replay_on(tr, mod, target)
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 lib = tvm.tirx.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod), target)
 f = lib["main"]

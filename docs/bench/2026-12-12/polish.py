@@ -1,19 +1,13 @@
 """Narrowed search from a task's own best stored program (a self-polish), then side by side with it."""
-import json, sqlite3, sys, statistics, warnings, time
+import os, sys, statistics, warnings, time
 warnings.simplefilter("ignore")
-import tvm
-from tunecache.tvm_layer.convert import workload_from_json
-from tunecache.store.keys import WorkloadKey
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _stored import stored  # noqa: E402
 from tunecache.search.narrow import narrowed_search
 from tunecache.search.narrow.replay import replay_on
 from tunecache.tvm_layer.measure import make_builder, make_runner, measure_mods
 db, name, trials = sys.argv[1], sys.argv[2], int(sys.argv[3])
-c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-wid, mod_json, shash = c.execute("select id, mod_json, shash from tc_workload where name=?", (name,)).fetchone()
-recs = [json.loads(t) for t, in c.execute("select trace_json from tc_record where workload_id=? and latency_s is not null order by latency_s limit 2", (wid,))]
-hw = c.execute("select target from tc_hardware").fetchone()[0]
-target = tvm.target.Target(json.loads(hw) if hw.startswith("{") else hw)
-mod = workload_from_json(WorkloadKey(shash, "x"), mod_json).mod
+mod, target, recs, _ = stored(db, name, 2)
 b, r = make_builder(), make_runner()
 t0 = time.time()
 res = narrowed_search(recs, mod, target, builder=b, runner=r, max_trials=trials, seed=0)

@@ -1,21 +1,15 @@
 """Variants of a stored conv program's tile decisions, measured side by side (cold runner)."""
-import json, sqlite3, sys, statistics, warnings
+import json, os, sys, statistics, warnings
 warnings.simplefilter("ignore")
-import tvm
-from tunecache.tvm_layer.convert import workload_from_json
-from tunecache.store.keys import WorkloadKey
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _stored import stored  # noqa: E402
 from tunecache.search.narrow.align import Materializer, Skeleton
 from tunecache.tvm_layer.measure import make_builder, make_runner, measure_mods
 from tunecache.search.predict import predicted_trace
 db, name = sys.argv[1], sys.argv[2]
 variants = json.loads(sys.argv[3])  # list of {inst_index: decision}
-c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-wid, mod_json, shash = c.execute("select id, mod_json, shash from tc_workload where name=?", (name,)).fetchone()
-tr, lat = c.execute("select trace_json, latency_s from tc_record where workload_id=? and latency_s is not null order by latency_s limit 1", (wid,)).fetchone()
-hw = c.execute("select target from tc_hardware").fetchone()[0]
-target = tvm.target.Target(json.loads(hw) if hw.startswith("{") else hw)
-mod = workload_from_json(WorkloadKey(shash, "x"), mod_json).mod
-sk = Skeleton(0, json.loads(tr))
+mod, target, (tr,), (lat,) = stored(db, name)
+sk = Skeleton(0, tr)
 mat = Materializer(mod, target, 0)
 print("stored", lat * 1e6, {i: sk.decisions[i] for i in sorted(sk.decisions)})
 pt = predicted_trace(mod, target)
