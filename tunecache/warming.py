@@ -87,9 +87,26 @@ def collect_model_tasks(specs: Sequence[str], target: Any) -> list[Any]:
 
 
 def collect_models(specs: Sequence[str], target: Any) -> tuple[list[Any], dict[Any, dict[str, float]]]:
-    """:func:`collect_model_tasks`, and each task's calls in each model that has it (workload
-    key -> model spec -> calls): the plan takes a task's share of its own model's time from them
-    (:attr:`tunecache.reuse.planner.ModelPlan.models`)."""
+    """Import each model spec; return the tasks and each task's calls in each model that has it.
+
+    Parameters
+    ----------
+    specs, target
+        As in :func:`collect_model_tasks`.
+
+    Returns
+    -------
+    tasks : list of tunecache.tvm_layer.frontend.TaskInfo
+        :func:`collect_model_tasks`'s tasks, merged by workload key (weights summed).
+    calls : dict
+        Workload key -> model spec -> calls in that model. A warm's plan takes each task's share
+        of its own model's estimated time from them (:attr:`tunecache.reuse.planner.ModelPlan.models`).
+
+    Raises
+    ------
+    UnsupportedModelError
+        As :func:`collect_model_tasks`.
+    """
     from tunecache.planning import collect_tasks
 
     merged: dict[Any, Any] = {}
