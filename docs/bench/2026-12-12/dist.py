@@ -1,5 +1,5 @@
 """Per-call time distribution of one stored kernel (TVM) vs the same conv in ORT, in one process."""
-import json, sqlite3, sys, time, os, warnings, statistics
+import sys, time, os, warnings
 warnings.simplefilter("ignore")
 import numpy as np, tvm
 from tunecache.search.narrow.replay import replay_on
@@ -11,7 +11,6 @@ sch = replay_on(tr, mod, target)
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 lib = tvm.tirx.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod), target)
 f = lib["main"]
-from tunecache.tvm_layer.tir import first_primfunc
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 args = [tvm.runtime.tensor(np.random.rand(*[int(s) for s in a.shape]).astype(a.dtype)) for a in ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]
 print([tuple(a.shape) for a in args])
@@ -21,7 +20,7 @@ def dist(fn, n=400):
     for _ in range(n):
         t = time.perf_counter(); fn(); ts.append((time.perf_counter() - t) * 1e3)
     ts.sort(); return ts[0], ts[len(ts)//2], ts[int(len(ts)*.9)]
-import onnxruntime as ort, onnx
+import onnxruntime as ort
 from onnx import helper, TensorProto
 x = args[0]; shp = [int(s) for s in x.shape]  # NHWC
 H, W, C = shp[1], shp[2], shp[3]
@@ -57,4 +56,3 @@ for _ in range(600):
     t = time.perf_counter(); s.run(None, {"x": xin}); tb.append(time.perf_counter() - t)
 ta.sort(); tb.sort()
 print("interleaved p10/p50: tvm %.3f %.3f ort %.3f %.3f ratio p50 %.3f" % (ta[60]*1e3, ta[300]*1e3, tb[60]*1e3, tb[300]*1e3, ta[300]/tb[300]))
-r = sorted(x / y for x, y in zip(ta, tb))
