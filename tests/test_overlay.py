@@ -125,6 +125,17 @@ def test_overlay_writes_never_reach_the_team_store(team_file, hw, wk) -> None:
     assert [r.latency_s for r in ov.best_k(wk, hw, 3)] == [1e-3, 2e-3, 4e-3]
 
 
+def test_overlay_reads_the_teams_derived_documents_and_keeps_its_own(team_file) -> None:
+    path, ov = team_file
+    with Store(path) as team:
+        team.put_derived("cost_model/x", "team")
+    assert ov.get_derived("cost_model/x") == "team" and ov.get_derived("other") is None
+    ov.put_derived("cost_model/x", "mine")
+    assert ov.get_derived("cost_model/x") == "mine"
+    with Store(path) as team:
+        assert team.get_derived("cost_model/x") == "team"
+
+
 def test_overlay_counts_add_up_and_listings_put_the_overlay_first(team_file, hw, wk) -> None:
     _path, ov = team_file
     team_recs = ov.base.records()

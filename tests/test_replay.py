@@ -304,9 +304,85 @@ def test_the_models_sample_skips_newer_untiled_workloads(warm: tuple[str, Any], 
     assert newest.workload != next(iter(open_store(db).iter_records(hardware=hw))).workload  # the softmax's
     tiled = read_store(open_store(db), hw).rows[0]
     assert len(tiled) >= 2
+    # The rows are each record's own (trace_row), though a read decodes a workload's tiled space
+    # once for all of its records and skips re-validating the traces the store decoded.
+    from tunecache.search.gradient.training import trace_row
+    from tunecache.tvm_layer.convert import workload_from_json
+
+    ((w, stored),) = {r.workload: open_store(db).get_workload(r.workload)
+                      for r in open_store(db).iter_records(hardware=hw)}.items()
+    assert stored is not None
+    mod = workload_from_json(w, stored.mod_json).mod
+    own = [trace_row(r.trace, r.latency_s, mod) for r in open_store(db).iter_records(
+        hardware=hw, valid_only=True, newest_first=True) if r.latency_s]
+    np.testing.assert_array_equal(tiled, np.array([row[0] for row in own if row is not None]))
     got = read_store(store, hw, workloads=1).rows[0]
     assert len(got) == len(tiled)  # the matmul's, every one of them
     assert len(read_store(store, hw, workloads=1, per_workload=2).rows[0]) == 2
+
+
+def test_the_stores_cost_model_is_fitted_once_and_kept_in_the_store(
+        warm: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second opinion's model is fitted on the store once and kept there (JSON): the next
+    reader takes it without reading a record, until the hardware key's records grow past
+    REFIT_GROWTH times those it was fitted beside, or it needs more rows than it was fitted on;
+    a document that does not decode is fitted again and replaced; a read-only store keeps
+    nothing and still gives the model. (Reading and fitting took 3.6-4.1 s of a BERT replay
+    compile's 17 s on a zoo store.)"""
+    import json
+    import math
+    import uuid
+
+    from tunecache.search.gradient import kept, training
+    from tunecache.search.gradient.space import N_FEATURES
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    db, _source = warm
+    path = copy_sqlite(db, tmp_path / "copy.db")
+    store = open_store(path)
+    hw = hardware_key(resolve_target(None))
+    name = kept.derived_name(hw)
+    sample = {"limit": 1000, "workloads": 128, "per_workload": 32, "min_rows": 1}
+
+    def unreadable(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the kept model was not taken: the store was read")
+
+    first = kept.store_model(store, hw, **sample)
+    assert first.how == "fitted" and first.rows >= 2 and first.records == store.count_records(hw)
+    doc = json.loads(store.get_derived(name) or "{}")
+    assert (doc["rows"], doc["records"], doc["hardware"]) == (first.rows, first.records, hw.id)
+    x = np.random.default_rng(0).standard_normal((5, N_FEATURES))
+    with monkeypatch.context() as m:
+        m.setattr(training, "read_store", unreadable)
+        again = kept.store_model(store, hw, **sample)
+        assert again.how == "kept" and (again.rows, again.records) == (first.rows, first.records)
+        np.testing.assert_allclose(again.model.predict(x), first.model.predict(x))
+        with pytest.raises(AssertionError, match="was read"):  # needs more rows than it was fitted on
+            kept.store_model(store, hw, **{**sample, "min_rows": first.rows + 1})
+    with pytest.raises(kept.TooFewRows, match=f"the store gave {first.rows} rows"):
+        kept.store_model(store, hw, **{**sample, "min_rows": first.rows + 1})
+
+    # The store grows past REFIT_GROWTH times the records it was fitted beside: fitted again.
+    best = next(iter(store.iter_records(hardware=hw, valid_only=True)))
+    grow = math.floor(first.records * kept.REFIT_GROWTH) - first.records
+    store.commit_records([dataclasses.replace(best, uid=uuid.uuid4().hex) for _ in range(grow)])
+    assert kept.store_model(store, hw, **sample).how == "kept"  # at REFIT_GROWTH: still fresh
+    store.commit_record(dataclasses.replace(best, uid=uuid.uuid4().hex))
+    grown = kept.store_model(store, hw, **sample)
+    assert grown.how == "fitted" and grown.records == store.count_records(hw) and grown.rows > first.rows
+    assert json.loads(store.get_derived(name) or "{}")["records"] == grown.records
+
+    for bad in ('{"format": 1, "rows": "many"', json.dumps({**doc, "hardware": "another"}),
+                json.dumps({**doc, "model": {"format": 1}}), json.dumps({**doc, "records": grown.records})[:-9]):
+        store.put_derived(name, bad)
+        assert kept.store_model(store, hw, **sample).how == "fitted", bad
+        assert json.loads(store.get_derived(name) or "{}")["records"] == grown.records  # replaced
+        assert kept.store_model(store, hw, **sample).how == "kept"
+
+    ro_path = copy_sqlite(db, tmp_path / "ro.db")
+    ro = open_store(ro_path, read_only=True)
+    assert [kept.store_model(ro, hw, **sample).how for _ in range(2)] == ["fitted", "fitted"]
+    assert ro.get_derived(name) is None
 
 
 def test_the_stores_cost_model_decides_between_a_replay_and_the_prediction(

@@ -120,6 +120,9 @@ def test_read_only_store_serves_but_refuses_writes(store_url: str, wk: WorkloadK
     assert len(ro.best_k(wk, hw, 1)) == 1
     with pytest.raises(ReadOnlyStoreError):
         ro.commit_record(rec(wk, hw, 2e-3))
+    with pytest.raises(ReadOnlyStoreError):
+        ro.put_derived("cost_model/" + hw.id, "{}")
+    assert ro.get_derived("cost_model/" + hw.id) is None
 
 
 def test_newer_schema_is_refused_with_upgrade_hint(store_url: str) -> None:

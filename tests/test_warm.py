@@ -125,14 +125,20 @@ def test_zoo_file(tmp_path: Path) -> None:
         load_zoo_file(z)
 
 
-def test_warm_from_python_plans_then_tunes(tmp_path: Path) -> None:
-    """``tunecache.warm`` is one of the three things users do: it is public and works from Python."""
+def test_warm_from_python_plans_then_tunes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tunecache.warm`` is one of the three things users do: it is public and works from Python.
+    A warm that tuned ends by keeping the store's cost model in it (for the next replay compile;
+    a store this small gives it only with the bar lowered)."""
     import tunecache
+    from tunecache import replay
+    from tunecache.search.gradient.kept import derived_name
 
+    monkeypatch.setattr(replay, "MODEL_MIN_ROWS", 1)
     db = str(tmp_path / "py.db")
     plan = tunecache.warm(MODELS, store=db, full_trials=4, reuse_trials=2, seed=1, dry_run=True, progress=False)
     assert isinstance(plan, tunecache.WarmReport) and plan.dry_run and plan.trials == 0
     assert len(json.loads(plan.plan_json)["nodes"]) >= 3 and Store(db).count_records() == 0
+    assert Store(db).get_derived(derived_name(hardware_key(resolve_target(None)))) is None
     rep = tunecache.warm(MODELS, store=db, full_trials=4, reuse_trials=2, seed=1, progress=False, bridges=False)
     assert {o.outcome for o in rep.outcomes} <= {"tuned", "reused"} and len(rep.outcomes) == 3
     assert 0 < rep.trials and Store(db).count_records() == rep.trials
@@ -141,6 +147,8 @@ def test_warm_from_python_plans_then_tunes(tmp_path: Path) -> None:
     st, hw = Store(db), hardware_key(resolve_target(None))
     assert any(o.trials > 1 for o in rep.outcomes)
     assert all(st.best_k(o.key, hw, 1)[0].cv is not None for o in rep.outcomes if o.trials > 1)
+    doc = json.loads(st.get_derived(derived_name(hw)) or "{}")
+    assert doc["records"] == st.count_records(hw) and doc["rows"] >= 1 and doc["hardware"] == hw.id
 
 
 def test_a_warm_shares_each_task_by_its_own_models_time(tmp_path: Path, monkeypatch) -> None:

@@ -278,6 +278,34 @@ def replay_misses(misses: Sequence[Any], target: Any, hw: HardwareKey, store: An
     return out
 
 
+def opinion_model(store: Any, hw: HardwareKey, *, refit: bool = False) -> Any:
+    """The cost model :func:`second_opinion` asks: the one kept in ``store`` for ``hw`` while it
+    is fresh, else the shipped model refitted on a sample of the store's records
+    (:data:`OPINION_ROWS` ...), which is then kept there (:mod:`tunecache.search.gradient.kept`).
+
+    Parameters
+    ----------
+    store, hw
+        The store and the hardware key.
+    refit
+        Fit it now even if a fresh one is kept (``tunecache warm`` does at its end).
+
+    Returns
+    -------
+    tunecache.search.gradient.kept.KeptModel
+
+    Raises
+    ------
+    tunecache.search.gradient.kept.TooFewRows
+        If the store holds fewer than :data:`MODEL_MIN_ROWS` rows of tiled programs.
+    """
+    from tunecache.search.gradient.kept import fit_and_keep, store_model
+
+    sample = {"limit": OPINION_ROWS, "workloads": OPINION_WORKLOADS, "per_workload": OPINION_PER_WORKLOAD,
+              "min_rows": MODEL_MIN_ROWS}
+    return fit_and_keep(store, hw, **sample) if refit else store_model(store, hw, **sample)
+
+
 def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any, hw: HardwareKey, store: Any, *,
                    wins: float | None = None, model: Any = None) -> list[Replay]:
     """``served`` with replayed tiled programs (matmul, conv) swapped for the tasks' predicted ones.
@@ -287,8 +315,8 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
     replay gives way only where the model expects the prediction ``wins`` times as fast or more
     (:data:`PREDICTION_WINS` says why).
 
-    The model is the gradient search's, refitted on the store's measured records of ``hw``
-    (:func:`tunecache.search.gradient.training.start_model`; ``model`` replaces it). Where the
+    The model is the gradient search's, refitted on the store's measured records of ``hw`` and
+    kept in the store (:func:`opinion_model`; ``model`` replaces it). Where the
     store holds fewer than :data:`MODEL_MIN_ROWS` such records (the replay's note then says so),
     a trace has no tiled sketch, or the prediction fails, the replay stays.
 
@@ -334,15 +362,12 @@ def second_opinion(misses: Sequence[Any], served: Sequence[Replay], target: Any,
         return out
 
     if model is None:
-        try:
-            from tunecache.search.gradient.training import read_store, start_model
+        from tunecache.search.gradient.kept import TooFewRows
 
-            rows = read_store(store, hw, limit=OPINION_ROWS, workloads=OPINION_WORKLOADS,
-                              per_workload=OPINION_PER_WORKLOAD).rows
-            if len(rows[0]) < MODEL_MIN_ROWS:
-                return unweighed(f"no cost model (the store gave {len(rows[0])} rows of tiled programs, "
-                                 f"{MODEL_MIN_ROWS} are needed)")
-            model = start_model(rows=rows)[0]
+        try:
+            model = opinion_model(store, hw).model
+        except TooFewRows as err:
+            return unweighed(f"no cost model ({err})")
         except Exception as err:  # noqa: BLE001 - no model: the replays stay
             return unweighed(f"no cost model ({_error_line(err)})")
 

@@ -8,6 +8,7 @@ Interrupt it and run it again: committed work is kept and the rest continues.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,6 +28,8 @@ from tunecache.errors import ConfigError, DependencyError, Interrupted, Tunecach
 from tunecache.progress import ProgressPrinter
 from tunecache.report import WarmReport
 from tunecache.values import TaskOutcome
+
+log = logging.getLogger("tunecache")
 
 __all__ = ["WarmReport", "collect_model_tasks", "collect_models", "warm", "warm_tasks", "load_zoo_file", "ray_cluster"]
 
@@ -310,10 +313,26 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     if not timeline or timeline[-1][1] != total:
         timeline.append((time.time() - t0, total))
     failed_now = lookup(todo, st, hw).failed | failed_before
+    if total > 0:
+        _keep_cost_model(st, hw)
     return WarmReport(outcomes=ordered, seconds=time.time() - t0, timeline=tuple(timeline), plan_text=plan_text,
                       plan_json=plan_json, hits=hits, scratch_trials=scratch_trials,
                       estimated_trials=estimated_trials, max_trials=max_trials,
                       unmeasurable=tuple(t.name for t in tasks if t.key in failed_now))
+
+
+def _keep_cost_model(st: Any, hw: Any) -> None:
+    """Fit the cost model replays are weighed by on the store's records, and keep it there, so
+    that the next ``tune="never"`` compile reads it instead of fitting it (:func:`tunecache.replay.opinion_model`)."""
+    from tunecache.replay import opinion_model
+    from tunecache.search.gradient.kept import TooFewRows
+
+    try:
+        opinion_model(st, hw, refit=True)
+    except TooFewRows as err:
+        log.info("tunecache: no cost model kept: %s", err)
+    except Exception as err:  # noqa: BLE001 - the warm's records are in; a reader fits the model itself
+        log.warning("tunecache: the store's cost model was not fitted: %s: %s", type(err).__name__, err)
 
 
 @contextlib.contextmanager

@@ -18,9 +18,20 @@ from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, Wor
 from tunecache.store.records import Provenance, Record
 from tunecache.store.values import QueueEntry, ReuseEntry, StoredWorkload, StoreStats
 
-__all__ = ["BaseStore", "explain_miss_from_keys"]
+__all__ = ["DERIVED_NAME_MAX", "BaseStore", "check_derived_name", "explain_miss_from_keys"]
 
 #: Reason given when a lookup's exact hardware key has records, none of them a hit.
+#: Longest name of a derived document (:meth:`BaseStore.put_derived`).
+DERIVED_NAME_MAX = 56
+
+
+def check_derived_name(name: str) -> str:
+    """Return ``name`` if it may name a derived document; raise ``ValueError`` otherwise."""
+    if not isinstance(name, str) or not name or len(name) > DERIVED_NAME_MAX:
+        raise ValueError(f"a derived document's name must be 1 to {DERIVED_NAME_MAX} characters, got {name!r}")
+    return name
+
+
 NO_VALID_FRESH_RECORD = "records exist but none is valid and fresh (all failed or stale)"
 
 
@@ -760,6 +771,45 @@ class BaseStore(abc.ABC):
         Returns
         -------
         int
+        """
+
+    # -- derived documents ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_derived(self, name: str) -> str | None:
+        """Return the JSON text kept under ``name`` by :meth:`put_derived`, or ``None``.
+
+        A derived document is computed from the records (a cost model fitted on them) and kept
+        so that readers need not compute it again; whoever reads it decides whether it is still
+        fresh enough, and validates it as any untrusted JSON.
+
+        Parameters
+        ----------
+        name
+            At most :data:`DERIVED_NAME_MAX` characters.
+
+        Returns
+        -------
+        str or None
+        """
+
+    @abc.abstractmethod
+    def put_derived(self, name: str, text: str) -> None:
+        """Keep the JSON text ``text`` under ``name``, replacing what was kept there.
+
+        Parameters
+        ----------
+        name
+            At most :data:`DERIVED_NAME_MAX` characters.
+        text
+            JSON text.
+
+        Raises
+        ------
+        ReadOnlyStoreError
+            If the store may not be written.
+        ValueError
+            If ``name`` is empty or too long.
         """
 
     @abc.abstractmethod

@@ -308,6 +308,15 @@ class OverlayStore(BaseStore):
         """Explain a miss against the hardware keys of both stores."""
         return explain_miss_from_keys(hardware, self.hardware_keys(workload))
 
+    def get_derived(self, name: str) -> str | None:
+        """Return the overlay's document, else ``base``'s."""
+        mine = self.overlay.get_derived(name)
+        return mine if mine is not None else self.base.get_derived(name)
+
+    def put_derived(self, name: str, text: str) -> None:
+        """Keep the document in the overlay."""
+        self.overlay.put_derived(name, text)
+
     def count_records(self, hardware: HardwareKey | None = None, *, workload: WorkloadKey | None = None) -> int:
         """Return the overlay's count plus ``base``'s."""
         return self.overlay.count_records(hardware, workload=workload) + self.base.count_records(

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tunecache.errors import InvalidRecordError, StoreError
-from tunecache.store.contract import BaseStore
+from tunecache.store.contract import DERIVED_NAME_MAX, BaseStore
 from tunecache.store.keys import HardwareKey, HostFingerprint, WorkloadDesc, WorkloadKey
 from tunecache.store.records import Provenance, Record
 from tunecache.store.values import QueueEntry, ReuseEntry
@@ -454,6 +454,26 @@ class StoreContract:
         assert _run_threads(4, work) == []
         assert store.count_records(hw) == 4 * per_thread
         assert [r.latency_s for r in store.best_k(wk, hw, 2)] == [1e-4, 2e-4]
+
+    # -- derived documents --------------------------------------------------------------------
+
+    def test_derived_documents_are_kept_replaced_and_named_within_bounds(self, store: BaseStore) -> None:
+        name = "cost_model/" + HARDWARE.id
+        assert store.get_derived(name) is None
+        store.put_derived(name, '{"v": 1}')
+        store.put_derived("other", "[]")
+        assert store.get_derived(name) == '{"v": 1}'
+        store.put_derived(name, '{"v": 2}')  # replaced, not added beside
+        assert store.get_derived(name) == '{"v": 2}' and store.get_derived("other") == "[]"
+        long = "x" * DERIVED_NAME_MAX
+        store.put_derived(long, "{}")
+        assert store.get_derived(long) == "{}"
+        for bad in ("", long + "x"):
+            with pytest.raises(ValueError, match="derived document's name"):
+                store.put_derived(bad, "{}")
+            with pytest.raises(ValueError, match="derived document's name"):
+                store.get_derived(bad)
+        assert store.count_records() == 0 and store.schema_version >= 1  # no record, the schema row kept
 
     # -- lifetime -----------------------------------------------------------------------------
 

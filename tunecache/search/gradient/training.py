@@ -74,18 +74,41 @@ def shipped_rows() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _trace_space(trace: Any, mod: Any, reads_cache: dict[Any, Any] | None) -> tuple[Any, TiledSpace] | None:
-    """The skeleton and tiled space of a measured trace of ``mod`` (``None``: unreadable, untiled)."""
+def _trace_space(trace: Any, mod: Any, reads_cache: dict[Any, Any] | None, *,
+                 spaces: dict[Any, TiledSpace | None] | None = None) -> tuple[Any, TiledSpace] | None:
+    """The skeleton and tiled space of a measured trace of ``mod`` (``None``: unreadable, untiled).
+
+    With ``spaces``, ``trace`` is a stored record's (plain: not walked again, see
+    :class:`~tunecache.search.narrow.align.Skeleton`) and the spaces are kept per module and
+    sketch: every record of one workload's search shares its sketches, and a space depends on
+    the trace's structure and the loop extents only, not on its tile sizes (checked).
+    """
     from tunecache.search.narrow.align import Skeleton
 
     try:
-        sk = Skeleton(0, trace)
-        space = tiled_space(sk, mod, reads_cache)
+        sk = Skeleton(0, trace, plain=spaces is not None)
+        key = (id(mod), sk.digest)
+        if spaces is not None and key in spaces and _same_extents(spaces[key], sk.decisions):
+            space = spaces[key]
+        else:
+            space = tiled_space(sk, mod, reads_cache)
+            if spaces is not None:
+                spaces[key] = space
     except Exception:  # noqa: BLE001 - an unreadable trace is no training data
         return None
     if space is None or not all(ax.site in sk.decisions for ax in space.axes):
         return None
     return sk, space
+
+
+def _same_extents(space: TiledSpace | None, decisions: dict[int, Any]) -> bool:
+    """Whether ``decisions`` tile each of ``space``'s axes to its extent (a kept space fits them)."""
+    if space is None:
+        return True
+    try:
+        return all(math.prod(int(t) for t in decisions[ax.site]) == ax.extent for ax in space.axes)
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def trace_row(trace: Any, latency_s: float, mod: Any,
@@ -157,6 +180,7 @@ def _read_store(store: Any, hardware: Any, limit: int, workloads: int, per_workl
 
     mods: dict[Any, Any] = {}
     reads: dict[Any, Any] = {}
+    spaces: dict[Any, TiledSpace | None] = {}
     xs: list[np.ndarray] = []
     ys: list[float] = []
     keyed: list[tuple[Any, Tiling]] = []
@@ -194,7 +218,7 @@ def _read_store(store: Any, hardware: Any, limit: int, workloads: int, per_workl
             except Exception:  # noqa: BLE001 - a workload TVM cannot read is no training data
                 mods[w] = None
         mod = mods[w]
-        got = None if mod is None else _trace_space(rec.trace, mod, reads)
+        got = None if mod is None else _trace_space(rec.trace, mod, reads, spaces=spaces)
         if got is None:
             misses[w] = UNTILED_RECORDS if mod is None else misses.get(w, 0) + 1
             continue

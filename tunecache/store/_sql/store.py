@@ -35,6 +35,7 @@ from tunecache.store._sql.rows import (
 from tunecache.store._sql.schema import (
     ClaimRow,
     HardwareRow,
+    MetaRow,
     QueueRow,
     RecordRow,
     ReuseRow,
@@ -42,7 +43,7 @@ from tunecache.store._sql.schema import (
     ensure_schema,
     read_version,
 )
-from tunecache.store.contract import BaseStore, explain_miss_from_keys
+from tunecache.store.contract import BaseStore, check_derived_name, explain_miss_from_keys
 from tunecache.store.keys import HardwareKey, MissExplanation, WorkloadDesc, WorkloadKey, canonical_json
 from tunecache.store.location import StoreLocation
 from tunecache.store.records import Provenance, Record, decode_args_info, decode_run_secs, decode_trace
@@ -87,6 +88,10 @@ _QUEUE_MODELS = 16
 
 def _claim_key(workload: WorkloadKey, hardware: HardwareKey) -> str:
     return f"{hardware.id}:{workload.shash}"
+
+
+#: The prefix of derived documents' keys in ``tc_meta`` (``schema_version`` and the like have none).
+_DERIVED = "derived:"
 
 
 class Store(BaseStore):
@@ -764,6 +769,26 @@ class Store(BaseStore):
     def explain_miss(self, workload: WorkloadKey, hardware: HardwareKey) -> MissExplanation:
         """Explain why ``best_k(workload, hardware)`` found nothing."""
         return explain_miss_from_keys(hardware, self.hardware_keys(workload))
+
+    def get_derived(self, name: str) -> str | None:
+        """Return the document kept under ``name`` (a ``tc_meta`` row, ``derived:`` + ``name``)."""
+        key = _DERIVED + check_derived_name(name)
+
+        def do(sess: Session) -> str | None:
+            row = sess.get(MetaRow, key)
+            return None if row is None else row.value
+
+        return self._db.run(do, write=False)
+
+    def put_derived(self, name: str, text: str) -> None:
+        """Keep ``text`` under ``name``: insert the row, or replace its value (one transaction)."""
+        key = _DERIVED + check_derived_name(name)
+
+        def do(sess: Session) -> None:
+            if not self._insert_ignore(sess, MetaRow, {"key": key, "value": text}, ["key"]):
+                sess.execute(update(MetaRow).where(MetaRow.key == key).values(value=text))
+
+        self._db.run(do, write=True)
 
     def count_records(self, hardware: HardwareKey | None = None, *, workload: WorkloadKey | None = None) -> int:
         """Return the number of records (for one hardware key and/or workload, if given)."""
