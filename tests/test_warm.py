@@ -149,6 +149,11 @@ def test_warm_from_python_plans_then_tunes(tmp_path: Path, monkeypatch: pytest.M
     assert all(st.best_k(o.key, hw, 1)[0].cv is not None for o in rep.outcomes if o.trials > 1)
     doc = json.loads(st.get_derived(derived_name(hw)) or "{}")
     assert doc["records"] == st.count_records(hw) and doc["rows"] >= 1 and doc["hardware"] == hw.id
+    # A warm with nothing to tune keeps one where none is (a store warmed before models were kept).
+    st.put_derived(derived_name(hw), "{}")
+    again = tunecache.warm(MODELS, store=db, full_trials=4, reuse_trials=2, seed=1, progress=False, bridges=False)
+    assert again.trials == 0 and json.loads(st.get_derived(derived_name(hw)) or "{}") == doc | {
+        "fitted_at": json.loads(st.get_derived(derived_name(hw)) or "{}")["fitted_at"]}
 
 
 def test_a_warm_shares_each_task_by_its_own_models_time(tmp_path: Path, monkeypatch) -> None:

@@ -313,22 +313,23 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     if not timeline or timeline[-1][1] != total:
         timeline.append((time.time() - t0, total))
     failed_now = lookup(todo, st, hw).failed | failed_before
-    if total > 0:
-        _keep_cost_model(st, hw)
+    _keep_cost_model(st, hw, refit=total > 0)
     return WarmReport(outcomes=ordered, seconds=time.time() - t0, timeline=tuple(timeline), plan_text=plan_text,
                       plan_json=plan_json, hits=hits, scratch_trials=scratch_trials,
                       estimated_trials=estimated_trials, max_trials=max_trials,
                       unmeasurable=tuple(t.name for t in tasks if t.key in failed_now))
 
 
-def _keep_cost_model(st: Any, hw: Any) -> None:
-    """Fit the cost model replays are weighed by on the store's records, and keep it there, so
-    that the next ``tune="never"`` compile reads it instead of fitting it (:func:`tunecache.replay.opinion_model`)."""
+def _keep_cost_model(st: Any, hw: Any, *, refit: bool) -> None:
+    """Keep the cost model replays are weighed by in the store, so that the next ``tune="never"``
+    compile reads it instead of fitting it (:func:`tunecache.replay.opinion_model`): fitted anew
+    after a warm that tuned (``refit``), else only where none is kept or the kept one is stale (a
+    store warmed before models were kept)."""
     from tunecache.replay import opinion_model
     from tunecache.search.gradient.kept import TooFewRows
 
     try:
-        opinion_model(st, hw, refit=True)
+        opinion_model(st, hw, refit=refit)
     except TooFewRows as err:
         log.info("tunecache: no cost model kept: %s", err)
     except Exception as err:  # noqa: BLE001 - the warm's records are in; a reader fits the model itself
