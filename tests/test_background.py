@@ -57,7 +57,8 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> str:
     return db
 
 
-def test_background_serves_at_once_queues_and_the_worker_drains_it(warm: str, tmp_path: Path) -> None:
+def test_background_serves_at_once_queues_and_the_worker_drains_it(warm: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     db = copy_sqlite(warm, tmp_path / "bg.db")
     hw = hardware_key(resolve_target(None))
     before = open_store(db).count_records()
@@ -83,9 +84,16 @@ def test_background_serves_at_once_queues_and_the_worker_drains_it(warm: str, tm
                             capture_output=True, text=True, check=True)
     assert [e["name"] for e in json.loads(listed.stdout)] == [task.name]
 
+    from tunecache import warming
     from tunecache.worker import work
 
+    # The batch is planned with each task's calls per model that asked (its shares are its own
+    # models', as a warm's are), the calls split between the two models.
+    planned: list[Any] = []
+    real = warming.warm_tasks
+    monkeypatch.setattr(warming, "warm_tasks", lambda *a, **kw: planned.append(kw["model_calls"]) or real(*a, **kw))
     rep = work(store=db, once=True, trials_per_task=TRIALS, progress=False)
+    assert planned == [{entry.workload: {"model_b": entry.weight / 2, "model_c": entry.weight / 2}}]
     assert rep.stopped == "drained" and rep.left == 0 and [o.name for o in rep.outcomes] == [task.name]
     assert rep.outcomes[0].outcome in ("reused", "tuned") and 0 < rep.trials <= TRIALS
     assert st.queued() == [] and st.is_done(task_key(task), hw)

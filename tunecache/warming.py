@@ -216,7 +216,7 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
                runner: str | None = None, bridges: bool = True, dry_run: bool = False, seed: int | None = None,
                progress: bool = True, holder: str | None = None, label: str = "warm",
                polish: bool = False, search: str = DEFAULT_SEARCH, measurers: tuple[Any, Any] | None = None,
-               model_calls: Mapping[Any, Mapping[str, float]] | None = None) -> WarmReport:
+               model_calls: Mapping[Any, Mapping[str, float]] | None = None, refit_model: bool = True) -> WarmReport:
     """The body of :func:`warm` once the tasks, target, store and cluster are there (the
     worker's too, :mod:`tunecache.worker`): plan the tasks not done, execute the plan.
 
@@ -227,8 +227,10 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     pair the caller keeps open across calls (the local executor without ``runner``; their worker
     processes take seconds to start: a worker draining its queue batch by batch starts them
     once), else each call makes and closes its own; ``model_calls`` (:func:`collect_models`) makes
-    each task's share of estimated time its own model's, not the whole plan's. Other parameters as
-    in :func:`warm`.
+    each task's share of estimated time its own model's, not the whole plan's. At its end the
+    store's cost model is kept in the store (:func:`tunecache.replay.opinion_model`): fitted anew
+    when the call tuned and ``refit_model`` (a worker's batches leave it to the store's growth
+    instead), else only where none fresh is kept. Other parameters as in :func:`warm`.
     """
     from tunecache.pipeline import lookup, stored_records
     from tunecache.planning import make_plan
@@ -313,7 +315,7 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
     if not timeline or timeline[-1][1] != total:
         timeline.append((time.time() - t0, total))
     failed_now = lookup(todo, st, hw).failed | failed_before
-    _keep_cost_model(st, hw, refit=total > 0)
+    _keep_cost_model(st, hw, refit=total > 0 and refit_model)
     return WarmReport(outcomes=ordered, seconds=time.time() - t0, timeline=tuple(timeline), plan_text=plan_text,
                       plan_json=plan_json, hits=hits, scratch_trials=scratch_trials,
                       estimated_trials=estimated_trials, max_trials=max_trials,

@@ -233,7 +233,7 @@ def work(
             batches += 1
             try:
                 rep = _tune(tasks, tgt, hw, st, trials_per_task, reuse_trials, left_s, executor, address, runner,
-                            seed, progress, me, measurers)
+                            seed, progress, me, measurers, model_calls=_model_calls(todo))
             except Interrupted:
                 stopped = "interrupted"
                 break
@@ -291,15 +291,29 @@ def _rebuild(entries: list[QueueEntry], st: Any) -> tuple[list[Any], list[tuple[
     return tasks, bad
 
 
+def _model_calls(entries: list[QueueEntry]) -> dict[Any, dict[str, float]]:
+    """Each queued task's calls per model that asked for it, so that a batch shares each task by
+    its own models' time as a warm does (:func:`tunecache.warming.warm_tasks`' ``model_calls``):
+    a batch of a large model's and a small model's tasks would otherwise leave the small one's
+    under the share below which a reused task gets its replay only.
+
+    The queue keeps a task's calls summed over the models that asked (``weight``) and their names
+    (the first 16): each named model gets an equal part (exact for a task of one model). Entries
+    that name no model are left out: they share the batch's time among themselves.
+    """
+    return {e.workload: {m: e.weight / len(e.models) for m in e.models} for e in entries if e.models}
+
+
 def _tune(tasks: list[Any], tgt: Any, hw: Any, st: Any, trials: int, reuse_trials: int, left_s: float | None,
           executor: str, address: str | None, runner: str | None, seed: int | None, progress: bool,
-          holder: str, measurers: _Measurers) -> Any:
-    """One batch, planned and tuned as ``tunecache warm`` does."""
+          holder: str, measurers: _Measurers, *, model_calls: dict[Any, dict[str, float]] | None = None) -> Any:
+    """One batch, planned and tuned as ``tunecache warm`` does (``model_calls``: :func:`_model_calls`)."""
     from tunecache.warming import warm_tasks
 
     return warm_tasks(tasks, tgt, hw, st, time.time(), full_trials=trials, reuse_trials=reuse_trials,
                       time_budget_s=left_s, executor=executor, address=address, runner=runner, seed=seed,
-                      progress=progress, holder=holder, label="worker", polish=True, measurers=measurers.get())
+                      progress=progress, holder=holder, label="worker", polish=True, measurers=measurers.get(),
+                      model_calls=model_calls, refit_model=False)
 
 
 class _Measurers:

@@ -20,7 +20,6 @@ from tunecache.store.values import QueueEntry, ReuseEntry, StoredWorkload, Store
 
 __all__ = ["DERIVED_NAME_MAX", "BaseStore", "check_derived_name", "explain_miss_from_keys"]
 
-#: Reason given when a lookup's exact hardware key has records, none of them a hit.
 #: Longest name of a derived document (:meth:`BaseStore.put_derived`).
 DERIVED_NAME_MAX = 56
 
@@ -32,6 +31,7 @@ def check_derived_name(name: str) -> str:
     return name
 
 
+#: Reason given when a lookup's exact hardware key has records, none of them a hit.
 NO_VALID_FRESH_RECORD = "records exist but none is valid and fresh (all failed or stale)"
 
 
