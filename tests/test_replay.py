@@ -322,7 +322,8 @@ def test_the_models_sample_skips_newer_untiled_workloads(warm: tuple[str, Any], 
 
 
 def test_the_stores_cost_model_is_fitted_once_and_kept_in_the_store(
-        warm: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        warm: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """The second opinion's model is fitted on the store once and kept there (JSON): the next
     reader takes it without reading a record, until the hardware key's records grow past
     REFIT_GROWTH times those it was fitted beside, or it needs more rows than it was fitted on;
@@ -378,6 +379,23 @@ def test_the_stores_cost_model_is_fitted_once_and_kept_in_the_store(
         assert kept.store_model(store, hw, **sample).how == "fitted", bad
         assert json.loads(store.get_derived(name) or "{}")["records"] == grown.records  # replaced
         assert kept.store_model(store, hw, **sample).how == "kept"
+
+    # `tunecache db stats` says what is kept for each hardware key, and whether a reader takes it.
+    from tunecache.cli import main
+
+    def stats() -> tuple[Any, str]:
+        assert main(["db", "stats", "--db", path, "--json"]) == 0
+        (key,) = json.loads(capsys.readouterr().out)["by_hardware"]
+        assert main(["db", "stats", "--db", path]) == 0
+        return key["cost_model"], capsys.readouterr().out
+
+    got, table = stats()
+    assert {k: got[k] for k in ("rows", "records", "fresh")} == {"rows": grown.rows, "records": grown.records,
+                                                                  "fresh": True}
+    assert f"{grown.rows} rows, {grown.records} records" in table
+    store.put_derived(name, "[1")
+    got, table = stats()
+    assert "error" in got and "unreadable (refit next)" in table
 
     ro_path = copy_sqlite(db, tmp_path / "ro.db")
     ro = open_store(ro_path, read_only=True)

@@ -40,12 +40,15 @@ def _table(rows: list[list[str]], header: list[str], wrap: tuple[str, ...] = ())
 def _cmd_db_stats(a: argparse.Namespace) -> int:
     from tunecache.store import open_store
 
-    st = open_store(a.db, read_only=a.read_only, create=False).stats()
+    store = open_store(a.db, read_only=a.read_only, create=False)
+    st = store.stats()
+    models = _kept_models(store)
     if a.json:
         print(json.dumps({
             "workloads": st.workloads, "records": st.records, "valid_records": st.valid_records,
             "stale_records": st.stale_records, "size_bytes": st.size_bytes, "schema_version": st.schema_version,
-            "by_hardware": [{"id": h, "hardware": d, "records": n} for h, d, n in st.by_hardware],
+            "by_hardware": [{"id": h, "hardware": d, "records": n, "cost_model": models.get(h)}
+                            for h, d, n in st.by_hardware],
             "by_family": [{"family": f, "workloads": n} for f, n in st.by_family],
         }, indent=2))
         return 0
@@ -53,12 +56,28 @@ def _cmd_db_stats(a: argparse.Namespace) -> int:
           f"size {_fmt_bytes(st.size_bytes)}, schema v{st.schema_version}")
     if st.by_hardware:
         print()
-        print(_table([[h, str(n), d] for h, d, n in st.by_hardware], ["hardware", "records", "description"],
-                     wrap=("description",)))
+        print(_table([[h, str(n), _kept_cell(models.get(h)), d] for h, d, n in st.by_hardware],
+                     ["hardware", "records", "cost model", "description"], wrap=("description",)))
     if st.by_family:
         print()
         print(_table([[f, str(n)] for f, n in st.by_family], ["family", "workloads"]))
     return 0
+
+
+def _kept_models(store: Any) -> dict[str, dict[str, Any] | None]:
+    """Each hardware key's kept cost model (:func:`tunecache.search.gradient.kept.describe_kept`)."""
+    from tunecache.search.gradient.kept import describe_kept
+
+    return {hw.id: describe_kept(store, hw) for hw in store.hardware_keys()}
+
+
+def _kept_cell(kept: dict[str, Any] | None) -> str:
+    """The ``cost model`` column: what the replays' second opinion will read for the key."""
+    if kept is None:
+        return "-"
+    if "error" in kept:
+        return "unreadable (refit next)"
+    return f"{kept['rows']} rows, {kept['records']} records" + ("" if kept["fresh"] else " (stale: refit next)")
 
 
 def _cmd_db_queue(a: argparse.Namespace) -> int:

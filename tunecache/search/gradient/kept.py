@@ -28,7 +28,7 @@ from tunecache.search.gradient import training
 from tunecache.search.gradient.model import CostModel
 from tunecache.search.gradient.space import FEATURE_VERSION
 
-__all__ = ["REFIT_GROWTH", "KeptModel", "TooFewRows", "derived_name", "fit_and_keep", "store_model"]
+__all__ = ["REFIT_GROWTH", "KeptModel", "TooFewRows", "derived_name", "describe_kept", "fit_and_keep", "store_model"]
 
 log = logging.getLogger("tunecache")
 
@@ -133,6 +133,35 @@ def fit_and_keep(store: Any, hardware: Any, *, limit: int, workloads: int, per_w
     except StoreError as err:  # a read-only store among them: the next reader fits it again
         log.info("tunecache: the store's cost model was not kept: %s", err)
     return KeptModel(model, len(rows[0]), records, "fitted")
+
+
+def describe_kept(store: Any, hardware: Any) -> dict[str, Any] | None:
+    """What ``store`` keeps for ``hardware`` (``tunecache db stats``), without decoding the model.
+
+    Returns
+    -------
+    dict or None
+        ``rows``, ``records`` (the hardware key's records when it was fitted), ``fitted_at``
+        (Unix time) and ``fresh`` (a reader would take it: this tunecache's features, and the
+        key's records within :data:`REFIT_GROWTH` of those); ``{"error": ...}`` for a document
+        that does not decode; ``None`` when nothing is kept.
+    """
+    from tunecache.store.records import decode_json_text
+
+    text = store.get_derived(derived_name(hardware))
+    if text is None:
+        return None
+    try:
+        doc = decode_json_text(text, "kept cost model")
+        if not isinstance(doc, dict) or doc.get("format") != KEPT_FORMAT:
+            raise InvalidRecordError("not a kept cost model")
+        rows, records, at = doc.get("rows"), doc.get("records"), doc.get("fitted_at")
+        if not isinstance(rows, int) or not isinstance(records, int) or not isinstance(at, (int, float)):
+            raise InvalidRecordError("its row and record counts are missing")
+    except InvalidRecordError as err:
+        return {"error": str(err)}
+    fresh = doc.get("feature_version") == FEATURE_VERSION and store.count_records(hardware) <= REFIT_GROWTH * records
+    return {"rows": rows, "records": records, "fitted_at": float(at), "fresh": fresh}
 
 
 def _read_kept(store: Any, hardware: Any, now: int, min_rows: int) -> KeptModel | None:
