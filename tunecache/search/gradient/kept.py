@@ -146,42 +146,56 @@ def describe_kept(store: Any, hardware: Any) -> dict[str, Any] | None:
         key's records within :data:`REFIT_GROWTH` of those); ``{"error": ...}`` for a document
         that does not decode; ``None`` when nothing is kept.
     """
-    from tunecache.store.records import decode_json_text
-
     text = store.get_derived(derived_name(hardware))
     if text is None:
         return None
     try:
-        doc = decode_json_text(text, "kept cost model")
-        if not isinstance(doc, dict) or doc.get("format") != KEPT_FORMAT:
-            raise InvalidRecordError("not a kept cost model")
-        rows, records, at = doc.get("rows"), doc.get("records"), doc.get("fitted_at")
-        if not isinstance(rows, int) or not isinstance(records, int) or not isinstance(at, (int, float)):
-            raise InvalidRecordError("its row and record counts are missing")
+        doc = _kept_doc(text, hardware)
+        at = doc.get("fitted_at")
+        if not isinstance(at, (int, float)):
+            raise InvalidRecordError("its fitting time is missing")
     except InvalidRecordError as err:
         return {"error": str(err)}
-    fresh = doc.get("feature_version") == FEATURE_VERSION and store.count_records(hardware) <= REFIT_GROWTH * records
-    return {"rows": rows, "records": records, "fitted_at": float(at), "fresh": fresh}
+    return {"rows": doc["rows"], "records": doc["records"], "fitted_at": float(at),
+            "fresh": _fresh(doc, store.count_records(hardware))}
+
+
+def _kept_doc(text: str, hardware: Any) -> dict[str, Any]:
+    """The kept document ``text`` for ``hardware``, decoded as untrusted JSON and checked.
+
+    Raises
+    ------
+    InvalidRecordError
+        If it does not decode, is not a kept model of ``hardware``, or lacks its counts.
+    """
+    from tunecache.store.records import decode_json_text
+
+    doc = decode_json_text(text, "kept cost model")
+    if not isinstance(doc, dict) or doc.get("format") != KEPT_FORMAT or doc.get("hardware") != hardware.id:
+        raise InvalidRecordError("not a kept cost model of this hardware key")
+    rows, records = doc.get("rows"), doc.get("records")
+    if not isinstance(rows, int) or not isinstance(records, int) or rows < 0 or records < 0:
+        raise InvalidRecordError("its row and record counts are missing")
+    return doc
+
+
+def _fresh(doc: dict[str, Any], now: int) -> bool:
+    """Whether a reader takes the kept ``doc`` while the key holds ``now`` records: this
+    tunecache's features, and at most :data:`REFIT_GROWTH` times the records it was fitted beside."""
+    return doc.get("feature_version") == FEATURE_VERSION and now <= REFIT_GROWTH * doc["records"]
 
 
 def _read_kept(store: Any, hardware: Any, now: int, min_rows: int) -> KeptModel | None:
     """The kept model if there is one, it decodes, and it is fresh enough; else ``None``."""
-    from tunecache.store.records import decode_json_text
-
     try:
         text = store.get_derived(derived_name(hardware))
         if text is None:
             return None
-        doc = decode_json_text(text, "kept cost model")
-        if not isinstance(doc, dict) or doc.get("format") != KEPT_FORMAT or doc.get("hardware") != hardware.id:
-            raise InvalidRecordError("not a kept cost model of this hardware key")
-        rows, records = doc.get("rows"), doc.get("records")
-        if not isinstance(rows, int) or not isinstance(records, int) or rows < 0 or records < 0:
-            raise InvalidRecordError("its row and record counts are missing")
-        if doc.get("feature_version") != FEATURE_VERSION or rows < min_rows or now > REFIT_GROWTH * records:
+        doc = _kept_doc(text, hardware)
+        if not _fresh(doc, now) or doc["rows"] < min_rows:
             return None  # for other features, too small a sample, or the store grew since: fitted again
         model = CostModel.from_json(doc.get("model"))  # type: ignore[arg-type]
     except (InvalidRecordError, StoreError) as err:
         log.info("tunecache: the store's kept cost model is not used (%s); fitting it again", err)
         return None
-    return KeptModel(model, rows, records, "kept")
+    return KeptModel(model, doc["rows"], doc["records"], "kept")
