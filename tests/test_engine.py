@@ -487,24 +487,32 @@ def test_time_budget_counts_before_every_round(
 
 
 def _slow_join_runner_class() -> Any:
-    """A runner whose futures never report done before they are joined, and whose results take
-    ``delay`` seconds: every join after MetaSchedule's round robin happens where its scheduler
-    picks the task (the deterministic case of a slow real runner)."""
+    """A runner whose futures never report done before they are joined: every join after
+    MetaSchedule's round robin happens where its scheduler picks the task (the deterministic case
+    of a slow real runner). The first ``quick`` batches' results come at once; every later
+    result waits until ``until`` (a ``time.monotonic()``), so a time budget that ends then runs
+    out inside the first join at a pick on a machine of any speed."""
     load_tvm()
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
 
     @derived_object
     class SlowJoinRunner(PyRunner):
-        def __init__(self, delay: float) -> None:
+        def __init__(self, quick: int, until: float) -> None:
             super().__init__()
-            self.delay = delay
+            self.quick = quick
+            self.until = until
+            self.batches = 0
 
         def run(self, runner_inputs: Any) -> Any:
             import time
 
+            self.batches += 1
+            late = self.batches > self.quick
+
             def result() -> Any:
-                time.sleep(self.delay)
+                if late:
+                    time.sleep(max(0.0, self.until - time.monotonic()))
                 return RunnerResult([1e-3], None)
 
             return [RunnerFuture(lambda: False, result) for _ in runner_inputs]
@@ -518,13 +526,19 @@ def test_stock_scheduler_stops_cleanly_when_the_budget_runs_out_in_a_join(
 ) -> None:
     """MetaSchedule's GradientBased joins the task it picked and then asserts it is alive; the
     time budget spent in that join must end the search, not raise."""
+    import time
+
     from tvm.s_tir import meta_schedule as ms
 
     db = ms.database.MemoryDatabase()
     tasks = [FullSearchTask("a", _matmul(16)), FullSearchTask("b", _matmul(32))]
-    results = tune_tasks(tasks, target, db, trials_per_task=512, time_budget_s=12.0, early_stopping=None,
+    # The round robin's two batches took 7 s on a slow 2-core VM (11.6 s to the first beside two
+    # busy processes): the budget leaves room for a machine twice as slow.
+    budget_s = 20.0
+    runner = _slow_join_runner_class()(quick=len(tasks), until=time.monotonic() + budget_s + 0.5)
+    results = tune_tasks(tasks, target, db, trials_per_task=512, time_budget_s=budget_s, early_stopping=None,
                          trivial_once=False, scheduler="gradient", seed=1, work_dir=tmp_path,
-                         builder=builder, runner=_slow_join_runner_class()(0.3))  # fmt: skip
+                         builder=builder, runner=runner)  # fmt: skip
     assert all(r.stop_reason == STOP_TIME for r in results), [(r.trials, r.rounds, r.stop_reason) for r in results]
     assert max(r.rounds for r in results) >= 2  # past the round robin: a join at a pick
     assert sum(r.trials for r in results) == len(db.get_all_tuning_records()) > 0
