@@ -74,6 +74,28 @@ def test_budgets_below_one_are_refused_naming_the_flag(capfd, argv, flag) -> Non
     assert flag in line and "trials_per_task" not in line and "full_trials" not in line
 
 
+@pytest.mark.parametrize(("argv", "code", "meant"), [
+    (["complie", "small_cnn"], 2, "; did you mean 'compile'?"),
+    (["db", "stat"], 2, "; did you mean 'stats'?"),
+    (["compile", "small_cnn", "--tune-never"], 2, "; did you mean --tune?"),
+    (["compile", "small_cnn", "--trails-per-task=3"], 2, "; did you mean --trials-per-task?"),
+    (["compile", "small-cnn", "--db", "memory"], 1, "did you mean 'small_cnn'?"),
+    (["compile", "small_cnn", "--xyz"], 2, None),  # nothing close: no guess
+    (["compile", "small_cnn", "--tune", "sometimes"], 2, None),
+])
+def test_a_mistyped_command_flag_or_model_says_what_was_likely_meant(capfd, argv, code, meant) -> None:
+    assert main(argv) == code
+    line = _one_error_line(capfd.readouterr().err)
+    assert (meant in line) if meant else ("did you mean" not in line), line
+
+
+def test_an_unreachable_store_is_named_once_in_its_error(capfd) -> None:
+    url = "postgresql://nobody@127.0.0.1:1/none"  # port 1: refused at once
+    assert main(["db", "stats", "--db", url]) == 1
+    line = _one_error_line(capfd.readouterr().err)
+    assert line.count("127.0.0.1:1/none") == 1 and "cannot open store" in line, line
+
+
 def test_one_default_budget_for_compile_plan_and_warm_shown_in_help(capfd) -> None:
     from tunecache.cli.main import build_parser
 

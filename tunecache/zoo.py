@@ -17,6 +17,7 @@ torch.Size([1, 10])
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -763,8 +764,10 @@ def _entry(name: str) -> _Entry:
     try:
         return _REGISTRY[name]
     except KeyError:
+        guess = difflib.get_close_matches(name, names(), n=1, cutoff=0.6)
+        hint = f"did you mean {guess[0]!r}? " if guess else ""
         raise UnsupportedModelError(
-            f"unknown zoo model {name!r}; choose one of {', '.join(names())}"
+            f"unknown zoo model {name!r}; {hint}choose one of {', '.join(names())}"
         ) from None
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import os
+import re
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from tunecache.config import DEFAULT_TRIALS_PER_TASK, debug_enabled
@@ -45,10 +47,55 @@ log = logging.getLogger("tunecache")
 
 
 class Parser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose usage errors are one ``tunecache: error:`` line (exit 2)."""
+    """``argparse.ArgumentParser`` whose usage errors are one ``tunecache: error:`` line (exit 2),
+    with the likeliest meaning of a mistyped command, choice or flag."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"tunecache: error: {message} (see `{self.prog} --help`)\n")
+        hint = _did_you_mean(message, self._option_strings())
+        self.exit(2, f"tunecache: error: {message}{hint} (see `{self.prog} --help`)\n")
+
+    def _option_strings(self) -> list[str]:
+        """Every ``--flag`` of this parser and its subcommands (an unknown flag after a
+        subcommand is reported by the top parser)."""
+        out: list[str] = []
+        todo: list[argparse.ArgumentParser] = [self]
+        while todo:
+            parser = todo.pop()
+            for action in parser._actions:
+                out.extend(o for o in action.option_strings if o.startswith("--"))
+                if isinstance(action, argparse._SubParsersAction):
+                    todo.extend(action.choices.values())
+        return sorted(set(out))
+
+
+def close_match(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The choice ``word`` most likely misspells (``difflib``'s closest at ``cutoff``), or ``None``."""
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
+    return found[0] if found else None
+
+
+def _close_flag(word: str, flags: Sequence[str]) -> str | None:
+    """The flag an unknown ``--word`` most likely means: one it extends with a dash
+    (``--tune-never``: ``--tune``), else a close spelling (``--trails-per-task``)."""
+    name = word.split("=", 1)[0]
+    longer = [f for f in flags if name.startswith(f + "-")]
+    return max(longer, key=len) if longer else close_match(name, flags, cutoff=0.75)
+
+
+def _did_you_mean(message: str, flags: Sequence[str]) -> str:
+    """``"; did you mean 'X'?"`` for argparse's invalid-choice and unrecognized-argument
+    messages (the wording of Python 3.10-3.13, choices quoted or not), else ``""``."""
+    m = re.search(r"invalid choice: '?([^'\s]+)'? \(choose from (.*)\)", message)
+    if m:
+        guess = close_match(m.group(1), [c.strip().strip("'") for c in m.group(2).split(",")])
+        return f"; did you mean {guess!r}?" if guess else ""
+    m = re.search(r"unrecognized arguments: (.*)", message)
+    if m:
+        for word in m.group(1).split():
+            guess = _close_flag(word, flags) if word.startswith("--") else None
+            if guess:
+                return f"; did you mean {guess}?"
+    return ""
 
 
 

@@ -214,8 +214,9 @@ def ensure_schema(db: Database, *, create: bool) -> None:
 
     try:
         version = db.run(probe, write=False)
-    except StoreError as err:
-        raise StoreError(f"cannot open store {db.display_url}: {err}") from err
+    except StoreError as err:  # its message names the store already: said once
+        raise StoreError(f"cannot open store {db.display_url}: "
+                         f"{str(err).removeprefix(f'store {db.display_url}: ')}") from err
     if version is None and db.read_only and not db.immutable:
         for _ in range(50):  # a writer may be creating it: give it a moment
             time.sleep(0.1)
