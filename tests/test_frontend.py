@@ -48,6 +48,17 @@ def cnn_imported(fe, cnn):
     return fe.import_model(cnn.module, cnn.example_inputs)
 
 
+def test_importing_a_module_from_python_passes_on_no_warning_of_torchs_own(fe, cnn) -> None:
+    """A user's own ``warnings`` settings see nothing torch says about its internals while
+    tunecache exports and decomposes their model (other warnings still pass through)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fe.import_model(cnn.module, cnn.example_inputs)
+    assert not [w for w in seen if "treespec" in str(w.message)], [str(w.message) for w in seen]
+
+
 @pytest.fixture(scope="module")
 def cnn_prepared(fe, cnn_imported, target):
     return fe.prepare_for_tuning(cnn_imported, target)

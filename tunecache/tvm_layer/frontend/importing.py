@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,6 +202,10 @@ def _from_exported_program(ep: Any, source: Source) -> ImportedModel:
     return ImportedModel(mod=mod, params=params, inputs=specs, torch_io=True, source=source, notes=tuple(notes))
 
 
+#: A warning torch raises from its own code while decomposing an exported program.
+TORCH_OWN_WARNING = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
 def _decompose(ep: Any) -> Any:
     """``ep`` decomposed to core ATen operators, as TVM's importer would (it skips programs with
     sparse weights), so that tunecache's rewrites see the graph TVM converts."""
@@ -209,7 +214,11 @@ def _decompose(ep: Any) -> Any:
     if any(isinstance(t, torch.Tensor) and t.layout != torch.strided for t in tensors):
         return ep
     try:
-        return ep.run_decompositions()
+        with warnings.catch_warnings():
+            # torch 2.13 warns about its own pytree internals while it copies the program: once
+            # per compile from Python, and nothing a user can change (the CLI hides it anyway).
+            warnings.filterwarnings("ignore", message=TORCH_OWN_WARNING, category=FutureWarning)
+            return ep.run_decompositions()
     except Exception as err:  # torch's tracing raises many unrelated types; all mean "not decomposable"
         raise ModelStageError(
             f"export failed: decomposing the exported program to core ATen operators raised "
