@@ -83,6 +83,33 @@ def test_gpt2_with_its_dynamic_cache_compiles():
     assert "note: import: dropped empty 1-D operands" in str(cm.report)
 
 
+@pytest.mark.parametrize(("cls", "cfg", "kw"), [
+    ("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2, n_positions=64)),
+    ("LlamaForCausalLM", "LlamaConfig", dict(num_key_value_heads=2, **_DEC)),
+], ids=["gpt2", "llama"])
+def test_a_decoder_lm_passed_as_it_is_compiles_without_its_kv_cache(cls, cfg, kw):
+    """A decoder LM passed directly (use_cache=True, its config's default) returns a key/value
+    cache object torch.export cannot flatten ('Found DynamicCache in output'): it is exported
+    with use_cache=False, says so, and computes the same logits."""
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(getattr(transformers, cfg)(**kw)).eval()
+    assert model.config.use_cache
+    ids = _ids()
+    with torch.no_grad():
+        want = model(ids).logits
+    try:  # what a user met before (transformers 5.x, torch 2.13)
+        torch.export.export(model, (ids,))
+        refused = False
+    except Exception as err:  # noqa: BLE001 - torch.export's own error types vary
+        refused = "cache" in str(err).lower()
+    cm = tunecache.compile(model, example_inputs=(ids,), store="memory", tune="never", progress=False,
+                           library_cache=False)
+    assert refused == any(n.startswith("import: exported with use_cache=False") for n in cm.report.notes), (
+        refused, cm.report.notes)
+    got = cm(ids)
+    assert float((got - want).abs().max()) <= 1e-4 * float(want.abs().max())
+
+
 def test_roberta_builds_with_an_empty_store():
     """The position ids' cumsum has no compute block under its root: weight prepacking, which ran
     on every kernel even without records, failed the build ('There should be a compute block if

@@ -9,7 +9,7 @@ import re
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -244,12 +244,52 @@ def _import_torch_module(model: Any, example_inputs: Any) -> ImportedModel:
     try:
         ep = torch.export.export(model, example_inputs)
     except Exception as err:  # torch.export raises many unrelated types; all mean "not exportable"
-        raise ModelStageError(
-            f"export failed: torch.export.export failed on {type(model).__name__}: {type(err).__name__}: {err}. "
-            "Make the model exportable (see the torch.export docs) or pass an ExportedProgram",
-            stage="export",
-        ) from err
+        if not _returns_a_kv_cache(model, err):
+            raise _export_failed(model, err) from err
+        # A transformers decoder with its default use_cache=True returns its key/value cache, an
+        # object the export cannot flatten (and an ahead-of-time compiled model has no use for).
+        try:
+            ep = torch.export.export(_without_cache(torch, model), example_inputs)
+        except Exception as again:  # noqa: BLE001 - the first failure is the one to report
+            raise _export_failed(model, err) from again
+        imported = _from_exported_program(ep, "torch")
+        return replace(imported, notes=(KV_CACHE_NOTE, *imported.notes))
     return _from_exported_program(ep, "torch")
+
+
+#: The report's note when a model was exported without its key/value cache.
+KV_CACHE_NOTE = ("import: exported with use_cache=False: the model returns a transformers key/value cache, "
+                 "which a compiled model cannot return; it returns the model's tensor outputs (e.g. logits)")
+
+
+def _returns_a_kv_cache(model: Any, err: BaseException) -> bool:
+    """Whether ``err`` is torch.export refusing a ``transformers`` cache object in the output of
+    a model whose config asks for one (``use_cache=True``)."""
+    config = getattr(model, "config", None)
+    return getattr(config, "use_cache", False) is True and "cache_utils" in str(err)
+
+
+def _without_cache(torch: Any, model: Any) -> Any:
+    """``model`` called with ``use_cache=False`` (a module: a keyword that is not a tensor would
+    be an input of the exported program, which TVM's importer takes for a tensor)."""
+
+    class WithoutCache(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> Any:
+            return self.model(*args, use_cache=False)
+
+    return WithoutCache().eval()
+
+
+def _export_failed(model: Any, err: BaseException) -> ModelStageError:
+    return ModelStageError(
+        f"export failed: torch.export.export failed on {type(model).__name__}: {type(err).__name__}: {err}. "
+        "Make the model exportable (see the torch.export docs) or pass an ExportedProgram",
+        stage="export",
+    )
 
 
 def _import_onnx(model: Any, example_inputs: Any) -> ImportedModel:
