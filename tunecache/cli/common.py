@@ -68,7 +68,7 @@ class Parser(argparse.ArgumentParser):
         return sorted(set(out))
 
 
-def close_match(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
+def _close_match(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
     """The choice ``word`` most likely misspells (``difflib``'s closest at ``cutoff``), or ``None``."""
     found = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
     return found[0] if found else None
@@ -79,7 +79,7 @@ def _close_flag(word: str, flags: Sequence[str]) -> str | None:
     (``--tune-never``: ``--tune``), else a close spelling (``--trails-per-task``)."""
     name = word.split("=", 1)[0]
     longer = [f for f in flags if name.startswith(f + "-")]
-    return max(longer, key=len) if longer else close_match(name, flags, cutoff=0.75)
+    return max(longer, key=len) if longer else _close_match(name, flags, cutoff=0.75)
 
 
 def _did_you_mean(message: str, flags: Sequence[str]) -> str:
@@ -87,7 +87,7 @@ def _did_you_mean(message: str, flags: Sequence[str]) -> str:
     messages (the wording of Python 3.10-3.13, choices quoted or not), else ``""``."""
     m = re.search(r"invalid choice: '?([^'\s]+)'? \(choose from (.*)\)", message)
     if m:
-        guess = close_match(m.group(1), [c.strip().strip("'") for c in m.group(2).split(",")])
+        guess = _close_match(m.group(1), [c.strip().strip("'") for c in m.group(2).split(",")])
         return f"; did you mean {guess!r}?" if guess else ""
     m = re.search(r"unrecognized arguments: (.*)", message)
     if m:
