@@ -110,6 +110,25 @@ def test_a_decoder_lm_passed_as_it_is_compiles_without_its_kv_cache(cls, cfg, kw
     assert float((got - want).abs().max()) <= 1e-4 * float(want.abs().max())
 
 
+def test_a_decoder_lm_from_a_factory_file_compiles_from_the_command_line(tmp_path, capfd):
+    """The same through ``tunecache compile FILE.py:factory`` (the report's notes in its JSON)."""
+    import json
+
+    from tunecache.cli import main
+
+    src = tmp_path / "lm.py"
+    src.write_text(
+        "import torch, transformers\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        f"    cfg = transformers.GPT2Config(vocab_size={VOCAB}, n_embd=32, n_layer=1, n_head=2, n_positions=64)\n"
+        f"    return transformers.GPT2LMHeadModel(cfg).eval(), (torch.randint(3, {VOCAB}, (1, 8)),)\n"
+    )
+    assert main(["compile", f"{src}:make", "--db", "memory", "--tune", "never", "--no-library-cache", "--json"]) == 0
+    notes = json.loads(capfd.readouterr().out)["notes"]
+    assert any(n.startswith("import: exported with use_cache=False") for n in notes), notes
+
+
 def test_roberta_builds_with_an_empty_store():
     """The position ids' cumsum has no compute block under its root: weight prepacking, which ran
     on every kernel even without records, failed the build ('There should be a compute block if
