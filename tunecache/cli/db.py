@@ -42,7 +42,7 @@ def _cmd_db_stats(a: argparse.Namespace) -> int:
 
     store = open_store(a.db, read_only=a.read_only, create=False)
     st = store.stats()
-    models = _kept_models(store)
+    models = _kept_models(store, {h: n for h, _d, n in st.by_hardware})
     if a.json:
         print(json.dumps({
             "workloads": st.workloads, "records": st.records, "valid_records": st.valid_records,
@@ -64,11 +64,12 @@ def _cmd_db_stats(a: argparse.Namespace) -> int:
     return 0
 
 
-def _kept_models(store: Any) -> dict[str, dict[str, Any] | None]:
-    """Each hardware key's kept cost model (:func:`tunecache.search.gradient.kept.describe_kept`)."""
+def _kept_models(store: Any, records: dict[str, int]) -> dict[str, dict[str, Any] | None]:
+    """Each hardware key's kept cost model (:func:`tunecache.search.gradient.kept.describe_kept`),
+    judged fresh against ``records``, the key's records as the store's stats counted them."""
     from tunecache.search.gradient.kept import describe_kept
 
-    return {hw.id: describe_kept(store, hw) for hw in store.hardware_keys()}
+    return {hw.id: describe_kept(store, hw, records.get(hw.id, 0)) for hw in store.hardware_keys()}
 
 
 def _kept_cell(kept: dict[str, Any] | None) -> str:

@@ -135,8 +135,12 @@ def fit_and_keep(store: Any, hardware: Any, *, limit: int, workloads: int, per_w
     return KeptModel(model, len(rows[0]), records, "fitted")
 
 
-def describe_kept(store: Any, hardware: Any) -> dict[str, Any] | None:
+def describe_kept(store: Any, hardware: Any, records: int | None = None) -> dict[str, Any] | None:
     """What ``store`` keeps for ``hardware`` (``tunecache db stats``), without decoding the model.
+
+    ``records`` is the key's record count (failed and stale ones included, as
+    :meth:`~tunecache.store.contract.BaseStore.count_records` counts) when the caller has it
+    already, as ``db stats`` does from the store's stats; ``None`` counts them.
 
     Returns
     -------
@@ -157,7 +161,7 @@ def describe_kept(store: Any, hardware: Any) -> dict[str, Any] | None:
     except InvalidRecordError as err:
         return {"error": str(err)}
     return {"rows": doc["rows"], "records": doc["records"], "fitted_at": float(at),
-            "fresh": _fresh(doc, store.count_records(hardware))}
+            "fresh": _fresh(doc, store.count_records(hardware) if records is None else records)}
 
 
 def _kept_doc(text: str, hardware: Any) -> dict[str, Any]:
