@@ -776,10 +776,11 @@ def goals(res: dict[str, Any]) -> dict[str, Any]:
                 lat.get("tunecache") is not None and lat["tunecache"] <= 1.03 and wall is not None and wall >= 10)
         else:
             # The issue's bound takes the reference to spend B trials on each of N tasks. A full arm in
-            # `auto` mode reuses between its own tasks (as a user's first compile does) and spends less,
-            # so the bound is taken with the reference's own trials per task (its no-source tasks at
-            # their full search's trials, the others at min(r, theirs)); with `--full-tune always` that
-            # is the non-trivial formula's value within the trivial tasks' few trials.
+            # `auto` mode reuses between its own tasks (as a user's first compile does), and early
+            # stopping ends searches before B, so it spends less: the bound is taken with the
+            # reference's own trials per task (tasks the tunecache arm searched in full at the
+            # reference's trials for them, the others at min(r, theirs); `bound_of`). With
+            # `--full-tune always` and no early stop it is near the non-trivial formula's value.
             wall = b.get("measured_wall_ratio")
             bound = b.get("bound_per_task_trials", b.get("bound_nontrivial", b.get("bound")))
             out["bound_judged"] = bound
