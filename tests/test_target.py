@@ -112,6 +112,7 @@ def test_bare_kind(tvm):
         ({"mcpu": "znver3"}, "no 'kind'"),
         ({"kind": "llvm", "num-cores": "many"}, "TVM rejects"),
         ("llvm mcpu=znver3", "cannot parse"),
+        ("llvm -mcpu=znver", "does not know the CPU mcpu='znver'.*did you mean 'znver"),
         (42, "unsupported target type int"),
     ],
 )

@@ -7,6 +7,8 @@ returned as data by the search layer.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "TunecacheError",
     "ConfigError",
@@ -21,7 +23,33 @@ __all__ = [
     "TuningError",
     "DependencyError",
     "Interrupted",
+    "did_you_mean",
 ]
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, n: int = 1, cutoff: float = 0.6) -> str:
+    """A hint for an error message: ``"did you mean 'a'?"`` (or ``'a', 'b'`` up to ``n``), naming
+    the ``choices`` ``word`` most likely misspells (:func:`difflib.get_close_matches` at
+    ``cutoff``), or ``""`` when none is close.
+
+    Parameters
+    ----------
+    word
+        What the user wrote.
+    choices
+        What they could have written.
+    n, cutoff
+        Most guesses, and how close (0-1) a guess must be.
+
+    Returns
+    -------
+    str
+        The hint, without surrounding punctuation or spaces; ``""`` for no guess.
+    """
+    import difflib  # an error path: not on every import of tunecache
+
+    close = difflib.get_close_matches(word, list(choices), n=n, cutoff=cutoff)
+    return f"did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
 class TunecacheError(Exception):

@@ -17,13 +17,12 @@ torch.Size([1, 10])
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tunecache.errors import DependencyError, UnsupportedModelError
+from tunecache.errors import DependencyError, UnsupportedModelError, did_you_mean
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -764,8 +763,8 @@ def _entry(name: str) -> _Entry:
     try:
         return _REGISTRY[name]
     except KeyError:
-        guess = difflib.get_close_matches(name, names(), n=1, cutoff=0.6)
-        hint = f"did you mean {guess[0]!r}? " if guess else ""
+        hint = did_you_mean(name, names())
+        hint = f"{hint} " if hint else ""
         raise UnsupportedModelError(
             f"unknown zoo model {name!r}; {hint}choose one of {', '.join(names())}"
         ) from None

@@ -12,10 +12,11 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from tunecache.config import DEFAULT_TRIALS_PER_TASK, debug_enabled
+from tunecache.errors import did_you_mean
 
 __all__ = [
     "EXIT_CODES",
@@ -68,18 +69,15 @@ class Parser(argparse.ArgumentParser):
         return sorted(set(out))
 
 
-def _close_match(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
-    """The choice ``word`` most likely misspells (``difflib``'s closest at ``cutoff``), or ``None``."""
-    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
-    return found[0] if found else None
-
-
 def _close_flag(word: str, flags: Sequence[str]) -> str | None:
     """The flag an unknown ``--word`` most likely means: one it extends with a dash
     (``--tune-never``: ``--tune``), else a close spelling (``--trails-per-task``)."""
     name = word.split("=", 1)[0]
     longer = [f for f in flags if name.startswith(f + "-")]
-    return max(longer, key=len) if longer else _close_match(name, flags, cutoff=0.75)
+    if longer:
+        return max(longer, key=len)
+    close = difflib.get_close_matches(name, list(flags), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _did_you_mean(message: str, flags: Sequence[str]) -> str:
@@ -87,8 +85,8 @@ def _did_you_mean(message: str, flags: Sequence[str]) -> str:
     messages (the wording of Python 3.10-3.13, choices quoted or not), else ``""``."""
     m = re.search(r"invalid choice: '?([^'\s]+)'? \(choose from (.*)\)", message)
     if m:
-        guess = _close_match(m.group(1), [c.strip().strip("'") for c in m.group(2).split(",")])
-        return f"; did you mean {guess!r}?" if guess else ""
+        hint = did_you_mean(m.group(1), [c.strip().strip("'") for c in m.group(2).split(",")])
+        return f"; {hint}" if hint else ""
     m = re.search(r"unrecognized arguments: (.*)", message)
     if m:
         for word in m.group(1).split():

@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from tunecache.errors import TargetError
+from tunecache.errors import TargetError, did_you_mean
 from tunecache.store.keys import HardwareKey, HostFingerprint, canonical_json
 from tunecache.tvm_layer import load_tvm
 
@@ -371,15 +371,13 @@ def _check_llvm(cfg: dict[str, Any]) -> None:
     if isinstance(mcpu, str) and mcpu:
         codegen = tvm.target.codegen
         if not codegen.llvm_is_valid_cpu(mcpu, triple or host_triple()):
-            import difflib
-
             try:
                 known = [str(c) for c in codegen.llvm_get_cpu_archlist(tvm.target.Target(
                     {"kind": "llvm", **({"mtriple": triple} if triple else {})}))]
             except Exception:  # noqa: BLE001 - only for the suggestion
                 known = []
-            close = difflib.get_close_matches(mcpu, known, n=3)
-            hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+            hint = did_you_mean(mcpu, known, n=3)
+            hint = f"{hint} " if hint else ""
             where = f"the triple {triple}" if triple else f"this host's triple {host_triple()}"
             raise TargetError(
                 f"LLVM does not know the CPU mcpu={mcpu!r} for {where} (it would silently compile for a "
