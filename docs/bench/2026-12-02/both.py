@@ -1,7 +1,7 @@
 import os, sys, time, json, statistics as st, tempfile
 sys.path.insert(0, "/work/main/tools")
 import _engines
-_engines.set_threads(2)
+_engines.set_threads(int(os.environ.get("NT", "2")))  # NT=1: one thread (session 40)
 import torch, onnxruntime as ort
 from pathlib import Path
 import tunecache
@@ -22,7 +22,7 @@ vm.set_instrument(instrument)
 main = vm["main"]
 tmp = tempfile.mkdtemp(); p = os.path.join(tmp, "m.onnx")
 torch.onnx.export(module, inputs, p, dynamo=False)
-opts = ort.SessionOptions(); opts.intra_op_num_threads = 2; opts.enable_profiling = True
+opts = ort.SessionOptions(); opts.intra_op_num_threads = int(os.environ.get("NT", "2")); opts.enable_profiling = True
 opts.profile_file_prefix = os.path.join(tmp, "ort")
 sess = ort.InferenceSession(p, opts, providers=["CPUExecutionProvider"])
 feed = {i.name: x.numpy() for i, x in zip(sess.get_inputs(), inputs)}
