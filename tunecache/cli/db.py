@@ -1,5 +1,5 @@
 """``tunecache db``: inspect and maintain a store (stats, ls, import, export, gc, check, verify,
-push, upgrade)."""
+rerank, push, upgrade)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ from typing import Any, NamedTuple
 
 from tunecache.cli.common import add_db, add_output_options, at_least, at_least_one
 from tunecache.report import format_latency, format_table, plural
+
+#: Defaults of ``db rerank`` (:func:`tunecache.search.remeasure.rerank_store`'s, not imported:
+#: the parser is built without TVM).
+RERANK_TOP = 8
+RERANK_ROUNDS = 8
 
 __all__ = ["register"]
 
@@ -371,6 +376,56 @@ def _cmd_db_verify(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_db_rerank(a: argparse.Namespace) -> int:
+    from tunecache.errors import ConfigError
+    from tunecache.interrupt import stop_on_interrupt, stop_requested
+    from tunecache.search.remeasure import Reranked, rerank_store
+    from tunecache.store import open_store
+    from tunecache.tvm_layer.target import hardware_key, resolve_target
+
+    target = resolve_target(a.target)
+    hw = hardware_key(target)
+    store = open_store(a.db, create=False)
+    if store.read_only:
+        raise ConfigError(f"{store.display_url} is read-only ({store.read_only_reason}): a re-rank stores new "
+                          "ranking latencies; run it where the store can be written")
+    if store.count_records(hw) == 0:
+        keys = store.hardware_keys()
+        raise ConfigError(f"{store.display_url} has no records for this machine's hardware key {hw.id} "
+                          f"({len(keys)} other key{'' if len(keys) == 1 else 's'} in it): re-rank on the machine "
+                          "that measured them, or pass the --target they were tuned for")
+
+    def shown(i: int, n: int, r: Reranked) -> None:
+        what = (f"best changed, {r.gain:.2f}x faster" if r.changed and r.gain else
+                "best changed" if r.changed else "best kept")
+        print(f"[rerank] {i + 1}/{n} {r.name}: {r.records} records, {what}", file=sys.stderr, flush=True)
+
+    with stop_on_interrupt("stopping after this workload (Ctrl-C again to stop at once)"):
+        quiet = getattr(a, "quiet", False)
+        done = rerank_store(store, hw, target, top=a.top, rounds=a.rounds, names=a.workload or None,
+                            family=a.family, time_limit_s=a.time_limit, on_workload=None if quiet else shown)
+        stopped = stop_requested()
+    changed = [r for r in done if r.changed]
+    if a.json:
+        print(json.dumps([{"workload": str(r.workload), "name": r.name, "records": r.records, "failed": r.failed,
+                           "changed": r.changed, "before_uid": r.before_uid, "after_uid": r.after_uid,
+                           "stored_s": r.stored_s, "before_s": r.before_s, "after_s": r.after_s, "gain": r.gain}
+                          for r in done], indent=1))
+    else:
+        if changed:
+            rows = [[r.name, format_latency(r.stored_s), format_latency(r.before_s), format_latency(r.after_s),
+                     f"{r.gain:.2f}x" if r.gain else "n/a"] for r in sorted(changed, key=lambda r: -(r.gain or 0))]
+            print(format_table(["workload", "old best, stored", "old best, now", "new best, now", "gain"], rows))
+        print(f"re-ranked {plural(len(done), 'workload')} on hardware {hw.id}: {len(changed)} changed their best"
+              + (f"; {sum(r.failed for r in done)} records failed to build or run" if any(r.failed for r in done)
+                 else ""))
+    if stopped:
+        print("tunecache: stopped; the workloads above keep their new ranking; the same command re-ranks "
+              "every workload again", file=sys.stderr)
+        return 130
+    return 0
+
+
 def _cmd_db_upgrade(a: argparse.Namespace) -> int:
     from tunecache.store import upgrade_store as upgrade
 
@@ -437,6 +492,21 @@ def register(sub: Any) -> None:
     s.add_argument("--target", default=None, help="the target records were tuned for (default: this host's CPU)")
     s.add_argument("--remeasure", type=int, default=0, metavar="N", help="re-measure a sample of N re-admitted records")
     s.set_defaults(fn=_cmd_db_verify)
+    s = dbs.add_parser("rerank", help="re-measure each workload's best records side by side on this machine "
+                                      "and rank them by what they take now")
+    add_db(s)
+    s.add_argument("--target", default=None, help="the target records were tuned for (default: this host's CPU)")
+    s.add_argument("--top", type=lambda t: at_least(t, 2), default=RERANK_TOP, metavar="K",
+                   help=f"records re-measured a workload, from its best down (default {RERANK_TOP})")
+    s.add_argument("--rounds", type=at_least_one, default=RERANK_ROUNDS, metavar="R",
+                   help=f"interleaved rounds (default {RERANK_ROUNDS})")
+    s.add_argument("--workload", action="append", metavar="NAME",
+                   help="only this workload (a name `db ls` shows; repeat for more)")
+    s.add_argument("--family", help="only this operator family (conv2d, matmul, ...)")
+    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="start no workload after this many seconds")
+    s.add_argument("--json", action="store_true", help="one entry per workload re-ranked")
+    s.set_defaults(fn=_cmd_db_rerank)
     s = dbs.add_parser("push", help="copy a local overlay's records to the team store (--db)")
     add_db(s)
     s.add_argument("--overlay", required=True, metavar="URL", help="the local overlay store")

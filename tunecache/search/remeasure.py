@@ -20,6 +20,11 @@ a record's program again and times it with more repeats, in the runner's own wor
   search's own runner: what ``compile`` and ``warm`` (each Ray worker too) do after searching,
   so that a store's ranking, which replays and narrowed searches pick their source program
   by, is a re-measured one.
+- :func:`rerank_store`: every workload of a store, its top records side by side in many
+  interleaved rounds, on the machine that serves them (``tunecache db rerank``). Records
+  measured at different times are ranked by figures from different loads of the machine: on a
+  VM whose speed changes with its host's load, a store's best can be 1.1-1.5x slower than
+  another of its records measured beside it (docs/NOTES.md, session 42).
 
 Re-measure only on the machine the records' hardware key describes.
 """
@@ -39,10 +44,10 @@ from tunecache.store.contract import BaseStore
 from tunecache.store.keys import HardwareKey, WorkloadKey
 from tunecache.store.records import decode_trace
 from tunecache.tvm_layer import load_tvm
-from tunecache.tvm_layer.measure import close_runner, evaluating, make_builder, make_runner, measure_mods
+from tunecache.tvm_layer.measure import COLD_REPEATS, close_runner, evaluating, make_builder, make_runner, measure_mods
 
-__all__ = ["RemeasuredRecord", "Remeasurement", "measure_side_by_side", "remeasure", "remeasure_best",
-           "remeasure_bests", "remeasure_plan"]
+__all__ = ["RemeasuredRecord", "Remeasurement", "Reranked", "measure_side_by_side", "remeasure", "remeasure_best",
+           "remeasure_bests", "remeasure_plan", "rerank_store"]
 
 #: Default evaluator settings of a re-measurement: 10 samples, each the mean of 3 runs (one run
 #: where the runner times cold, as :func:`~tunecache.tvm_layer.measure.make_runner`'s do on a CPU).
@@ -362,6 +367,176 @@ def remeasure_best(
         if own_builder:
             build.close()
     return list(done.values())
+
+
+@dataclass(frozen=True)
+class Reranked:
+    """What :func:`rerank_store` did to one workload.
+
+    Attributes
+    ----------
+    workload, name
+        The workload's key and name.
+    records
+        Records re-measured (or that failed to be).
+    failed
+        Those that could not be (they keep their ranking latency).
+    before_uid, after_uid
+        The best record before and after.
+    stored_s
+        The old best's ranking latency before.
+    before_s, after_s
+        The old best's re-measured median (``None`` if it failed) and the new best's ranking
+        latency: ``before_s / after_s`` is what the re-rank gained for this workload.
+    """
+
+    workload: WorkloadKey
+    name: str
+    records: int
+    failed: int
+    before_uid: str
+    after_uid: str
+    stored_s: float | None
+    before_s: float | None
+    after_s: float | None
+
+    @property
+    def changed(self) -> bool:
+        """Whether another record is now the best."""
+        return self.before_uid != self.after_uid
+
+    @property
+    def gain(self) -> float | None:
+        """The old best's re-measured time over the new best's (1.0 when unchanged)."""
+        if not self.changed:
+            return 1.0
+        if self.before_s is None or not self.after_s:
+            return None
+        return self.before_s / self.after_s
+
+
+#: Defaults of :func:`rerank_store`: the top 8 records of a workload, 8 interleaved rounds of one
+#: sample each (three where the runner times cold). 16 rounds of every one of 12 records took
+#: ~13 s a ResNet-18 convolution on an AMD Zen 3 (session 42).
+RERANK_TOP = 8
+RERANK_ROUNDS = 8
+
+
+def rerank_store(
+    store: BaseStore,
+    hardware: HardwareKey,
+    target: Any,
+    *,
+    top: int = RERANK_TOP,
+    rounds: int = RERANK_ROUNDS,
+    names: Sequence[str] | None = None,
+    family: str | None = None,
+    time_limit_s: float | None = None,
+    runner: Any = None,
+    builder: Any = None,
+    on_workload: Any = None,
+) -> list[Reranked]:
+    """Re-measure the ``top`` best records of every workload of ``store`` on ``hardware``, side
+    by side in ``rounds`` interleaved rounds, and rank them by the new medians.
+
+    A search measures each candidate once, at its own moment; two candidates measured minutes
+    (or machines) apart are compared through whatever else the machine was doing then. Measured
+    beside each other, in rounds that interleave them, they share the same minutes. Run it on
+    the machine that serves the store's hardware key (the records of other keys are not
+    touched), where nothing else is measuring. Each workload's new ranking is stored as soon as
+    it is measured (:meth:`~tunecache.store.Store.set_latency`; raw run times stay as measured).
+
+    Parameters
+    ----------
+    store
+        A writable store.
+    hardware
+        This machine's hardware key (:func:`~tunecache.tvm_layer.target.hardware_key`).
+    target
+        The ``tvm.target.Target`` matching ``hardware``.
+    top, rounds
+        Records re-measured a workload (from its best down), and interleaved rounds. Workloads
+        with fewer than two valid records are skipped: nothing to rank.
+    names
+        Only the workloads of these names (task names, as ``tunecache db ls`` shows them).
+    family
+        Only the workloads of this operator family.
+    time_limit_s
+        Start no workload after this many seconds.
+    runner, builder
+        A runner to lend (:func:`~tunecache.tvm_layer.measure.evaluating`) and a builder;
+        ``None``: new ones, closed at the end.
+    on_workload
+        Called with ``(index, total, Reranked)`` after each workload.
+
+    Returns
+    -------
+    list of Reranked
+        One per workload re-ranked, slowest best first (the order they were measured in).
+        Stops early (fewer entries) at ``time_limit_s`` or a stop request
+        (:mod:`tunecache.interrupt`).
+
+    Raises
+    ------
+    ConfigError
+        If ``top`` is below 2, ``rounds`` below 1, a name in ``names`` is not a workload of the
+        store with records on ``hardware``, or ``time_limit_s`` is not positive.
+    """
+    from tunecache.errors import did_you_mean
+    from tunecache.tvm_layer.convert import workload_from_json
+
+    if top < 2 or rounds < 1:
+        raise ConfigError(f"top must be >= 2 (records to rank) and rounds >= 1, got top={top!r}, rounds={rounds!r}")
+    if time_limit_s is not None and time_limit_s <= 0:
+        raise ConfigError(f"time_limit_s must be positive, got {time_limit_s!r}")
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+    todo = []
+    for sw in store.workloads(family=family):
+        best = store.best_k(sw.key, hardware, top)
+        if best:
+            todo.append((sw, best))
+    if names is not None:
+        known = {sw.desc.name for sw, _ in todo}
+        missing = [n for n in names if n not in known]
+        if missing:
+            hint = did_you_mean(missing[0], known)
+            raise ConfigError(f"no workload named {missing[0]!r} has records for this hardware in the store"
+                              f"{'; ' + hint if hint else ''} (`tunecache db ls` lists them)")
+        todo = [(sw, best) for sw, best in todo if sw.desc.name in set(names)]
+    todo = [(sw, best) for sw, best in todo if len(best) >= 2 and sw.mod_json]
+    todo.sort(key=lambda t: -(t[1][0].latency_s or 0.0))
+    out: list[Reranked] = []
+    own_runner, own_builder = runner is None, builder is None
+    run = make_runner() if own_runner else runner
+    build = make_builder(max_workers=0, warm_up_for=None) if own_builder else builder
+    # A round is the search's unit: three single runs where the runner times cold, else one
+    # sample of DEFAULT_NUMBER runs.
+    cold = getattr(getattr(run, "evaluator_config", None), "enable_cpu_cache_flush", False)
+    samples = COLD_REPEATS if cold else 1
+    try:
+        with evaluating(run, repeat=samples, number=DEFAULT_NUMBER) as lent:
+            for i, (sw, best) in enumerate(todo):
+                if (deadline is not None and time.perf_counter() >= deadline) or stop_requested():
+                    break
+                mod = workload_from_json(sw.key, sw.mod_json).mod
+                done = remeasure_best(store, hardware, sw.key, mod, target, top, repeats=samples * rounds,
+                                      number=DEFAULT_NUMBER, force=True, runner=lent, builder=build, rounds=rounds)
+                by_uid = {d.uid: d for d in done}
+                old = by_uid.get(best[0].uid)
+                now = store.best_k(sw.key, hardware, 1)
+                res = Reranked(sw.key, sw.desc.name, len(done), sum(d.remeasurement is None for d in done),
+                               best[0].uid, now[0].uid if now else best[0].uid, best[0].latency_s,
+                               None if old is None or old.remeasurement is None else old.remeasurement.median_s,
+                               now[0].latency_s if now else None)
+                out.append(res)
+                if on_workload is not None:
+                    on_workload(i, len(todo), res)
+    finally:
+        if own_runner:
+            close_runner(run)
+        if own_builder:
+            build.close()
+    return out
 
 
 def remeasure_bests(done: Sequence[tuple[Any, Any]], ctx: Any, *, k: int = 2,
