@@ -172,7 +172,7 @@ def sqlite_access(path: Path, *, read_only: bool, create: bool) -> SQLiteAccess:
     if not path.exists():
         if read_only or not create:
             raise StoreError(
-                f"store file {path} does not exist (nothing was created: this command only reads); "
+                f"store file {path} does not exist (nothing was created: this command does not create a store); "
                 "check the path, or create the store with a command that writes it "
                 f"(e.g. `tunecache compile MODEL --db {path}` or `tunecache db import DIR --db {path}`)"
             )
