@@ -11,15 +11,23 @@ from dataclasses import replace
 import pytest
 from _models import te_matmul
 
-from tunecache.cli import db as db_cli
 from tunecache.errors import ConfigError
 from tunecache.search import remeasure
 from tunecache.store import Store
 from tunecache.tvm_layer.database import make_database
 
 
-def test_the_command_line_defaults_are_the_library_defaults() -> None:
-    assert (db_cli.RERANK_TOP, db_cli.RERANK_ROUNDS) == (remeasure.RERANK_TOP, remeasure.RERANK_ROUNDS)
+def test_the_command_line_defaults_are_the_library_defaults(capsys) -> None:
+    """``db rerank --help`` names the defaults ``rerank_store`` takes when called from Python."""
+    import inspect
+
+    from tunecache.cli.main import main
+
+    assert main(["db", "rerank", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    params = inspect.signature(remeasure.rerank_store).parameters
+    assert f"from its best down (default {params['top'].default})" in text
+    assert f"interleaved rounds (default {params['rounds'].default})" in text
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

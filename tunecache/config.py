@@ -61,6 +61,12 @@ DEFAULT_SEARCH = "gradient"
 #: ``--budget`` of ``compile``, ``plan`` and ``warm``.
 DEFAULT_TRIALS_PER_TASK = 32
 
+#: Records re-measured a workload, and interleaved rounds, of a re-rank (``tunecache db rerank``,
+#: :func:`tunecache.search.remeasure.rerank_store`): 16 rounds of every one of 12 records took
+#: ~13 s a ResNet-18 convolution on an AMD Zen 3 (session 42).
+RERANK_TOP = 8
+RERANK_ROUNDS = 8
+
 
 def default_reuse_trials(full_trials: int) -> int:
     """Trials of a narrowed (reuse) search when none is given: a quarter of a full search's, but no

@@ -13,12 +13,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tunecache.cli.common import add_db, add_output_options, at_least, at_least_one
+from tunecache.config import RERANK_ROUNDS, RERANK_TOP
 from tunecache.report import format_latency, format_table, plural
-
-#: Defaults of ``db rerank`` (:func:`tunecache.search.remeasure.rerank_store`'s, not imported:
-#: the parser is built without TVM).
-RERANK_TOP = 8
-RERANK_ROUNDS = 8
 
 __all__ = ["register"]
 

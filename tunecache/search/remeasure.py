@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tunecache.config import RERANK_ROUNDS, RERANK_TOP
 from tunecache.errors import ConfigError, Interrupted, InvalidRecordError, TuningError
 from tunecache.interrupt import stop_requested
 from tunecache.store.contract import BaseStore
@@ -413,13 +414,6 @@ class Reranked:
         if self.before_s is None or not self.after_s:
             return None
         return self.before_s / self.after_s
-
-
-#: Defaults of :func:`rerank_store`: the top 8 records of a workload, 8 interleaved rounds of one
-#: sample each (three where the runner times cold). 16 rounds of every one of 12 records took
-#: ~13 s a ResNet-18 convolution on an AMD Zen 3 (session 42).
-RERANK_TOP = 8
-RERANK_ROUNDS = 8
 
 
 def rerank_store(
