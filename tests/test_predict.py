@@ -229,6 +229,38 @@ def test_a_large_panel_with_few_rows_is_split_by_channels_with_every_row_per_red
     assert c0[-1] == 8 and c0[0] == 1 and h0[0] > 1 and tiles[math.inf][2][-1] == 7, tiles
 
 
+def test_a_few_rows_panel_keeps_its_steps_slice_of_weights_in_l1(tvm: Any, monkeypatch: Any) -> None:
+    """The split panel of a 7x7 conv (ResNet's last stage): its kernel window comes inside the
+    inner reduction tile and the input channels a step are the most whose slice of weights
+    (window x channels x the register tile's 64 output channels) fits FEW_ROWS_PANEL_L1 of this
+    host's L1 (0.87-0.93x the stored best on ResNet-18's, session 43). With the rule off, or on a
+    stride-2 conv, the window stays outside. Every program computes the convolution."""
+    from tunecache.search import predict
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "haswell"})
+    mod = te_conv(tvm, (1, 7, 7, 64), 3, 128, pad=1, layout="NHWC")
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 7, 7, 64)).astype("float32"), rng.standard_normal((3, 3, 64, 128)).astype("float32")
+    monkeypatch.setattr(predict, "SPLIT_WEIGHTS_ABOVE", 0.0)
+    red = {}
+    for share in (0.0, predict.FEW_ROWS_PANEL_L1):
+        monkeypatch.setattr(predict, "FEW_ROWS_PANEL_L1", share)
+        tiles = _predicted_tiles(tvm, mod, target, [x, w], _reference("conv", [x, w]))
+        assert tiles[3][-1] == 64, tiles  # 8 vectors of output channels (AVX2)
+        red[share] = [t for t in tiles if len(t) == 2]  # (rh, rw, rc) as [outer, inner]
+    rh, rw, rc = red[predict.FEW_ROWS_PANEL_L1]
+    assert rh == [1, 3] and rw == [1, 3], red
+    l1 = predict.FEW_ROWS_PANEL_L1 * predict.cache_sizes().l1
+    fits = [d for d in range(1, 65) if 64 % d == 0 and 9 * d * 64 * 4 <= l1]
+    assert rc == [64 // max(fits), max(fits)], (red, predict.cache_sizes())
+    assert red[0.0][0] == [3, 1] and red[0.0][1] == [3, 1], red  # the rule off: the window outside
+    # A stride-2 conv to the same 7x7 output (ran 1.10x slower with the rule): the window stays outside.
+    strided = te_conv(tvm, (1, 14, 14, 64), 3, 128, pad=1, stride=2, layout="NHWC")
+    x2 = rng.standard_normal((1, 14, 14, 64)).astype("float32")
+    tiles = _predicted_tiles(tvm, strided, target, [x2, w], _reference("conv", [x2, w])[:, ::2, ::2])
+    assert tiles[3][-1] == 64 and [t for t in tiles if len(t) == 2][0] == [3, 1], tiles
+
+
 def test_a_short_last_reduction_axis_brings_the_axes_before_it_inside(tvm: Any, target: Any,
                                                                         monkeypatch: Any) -> None:
     """A conv on 3 input channels (a stem's) has its whole channel axis in the inner reduction

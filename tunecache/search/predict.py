@@ -21,7 +21,9 @@ sampled decision analytically, from the target and the host's caches, instead of
   fuse it. A panel beyond :data:`SPLIT_WEIGHTS_ABOVE` L2 caches (a late conv's weights) is
   split by its columns instead, and where the register tile has few rows (a 7x7 conv's output
   columns) it gets up to :data:`MAX_VECTORS` vectors and all the block's rows inside one
-  outer-reduction step (ResNet-18's last stage: 4.4 -> 1.6-2.1 ms, session 25);
+  outer-reduction step (ResNet-18's last stage: 4.4 -> 1.6-2.1 ms, session 25); with one row and
+  no stride, the kernel window inside the inner reduction tile too, and the step's slice of
+  weights sized to :data:`FEW_ROWS_PANEL_L1` of L1 (session 43);
 * other tiles (an ``rfactor`` split): the inner part a SIMD width;
 * **unroll** (``SampleCategorical``): :data:`UNROLL` (a middle value of ``[0, 16, 64, 512]``);
 * **compute locations**: the block's root where TVM accepts it (as a replay's open sites:
@@ -86,6 +88,17 @@ SPLIT_WEIGHTS_ABOVE = 2.0
 #: side by side (session 25, Zen 3): ResNet-18 3.0 -> 1.34 ms, ResNet-50 3.2 -> 1.5, VGG-16
 #: 3.0 -> 1.7, MobileNetV2 0.48 -> 0.22, ViT's 16x16 patches 2.0 -> 1.55; depthwise convs as fast.
 INNER_REDUCTION_ALL = True
+#: Share of L1 that one inner-reduction step's slice of a few-rows split panel may take (a 7x7
+#: conv's weights: kernel window x inner input channels x the register tile's output channels),
+#: with the kernel window inside the inner tile and no middle tile along the columns
+#: (:func:`_tile_group`); only where the register tile has one row and the input is read
+#: without a stride. ResNet-18's 7x7x512 3x3 conv, one thread, side by side (session 43, Zen 3):
+#: window outside, 16 channels a step 1.08-1.22x the stored best; window inside with 8 channels
+#: (18 KB of 32) 0.87-0.93x; 16 channels (37 KB) 1.37-1.45x. Predicted, two threads: the three
+#: such convs 1.84 / 2.35 / 1.86 -> 1.75 / 1.75 / 1.82 ms (medians). Where the tile has two rows
+#: (14x14x256) or the conv a stride of 2, the same rule ran 1.0-1.14x slower: not applied.
+#: ``0``: the rule is off.
+FEW_ROWS_PANEL_L1 = 0.75
 #: Where the register tile is left with 1 row (a 7-wide output: no divisor near the rows wanted),
 #: choose its rows and vectors again to hold up to ``ROWS x VECTORS`` accumulators
 #: (:func:`_tile_group`; 7 x 1 on AVX2). Side by side (session 26, Zen 3, medians): MobileNetV2's
@@ -230,6 +243,34 @@ def _tile_groups(insts: list[Any], decisions: dict[int, Any], sites: dict[int, A
     return list(groups.values())
 
 
+def _strided_reads(mod: Any, block: str) -> bool:
+    """Whether a read of ``block`` indexes with a spatial iterator times a constant above 1 (a
+    stride-2 conv's input, ``yy * 2 + ry``); ``False`` if the block is not found."""
+    if not block:
+        return False
+    try:
+        from tvm.s_tir import Schedule
+
+        from tunecache.tvm_layer import load_tvm
+
+        tvm = load_tvm()
+        sch = Schedule(mod)
+        blk = sch.get(sch.get_sblock(block))
+        spatial = {str(iv.var.name) for iv in blk.iter_vars if int(iv.iter_type) == 0}
+        stack = [rng.min for region in blk.reads for rng in region.region]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, tvm.tirx.Mul):
+                for var, c in ((e.a, e.b), (e.b, e.a)):
+                    if (isinstance(var, tvm.tirx.Var) and str(var.name) in spatial
+                            and isinstance(c, tvm.tirx.IntImm) and int(c.value) > 1):
+                        return True
+            stack.extend(sub for sub in (getattr(e, "a", None), getattr(e, "b", None)) if sub is not None)
+        return False
+    except Exception:  # noqa: BLE001 - no block information: not known to be strided
+        return False
+
+
 def _block_reads_by_axis(mod: Any, block: str) -> list[frozenset[int]] | None:
     """For each iterator of ``block`` (in order), the indices of the block's reads whose index
     expressions use it; ``None`` if the block is not found."""
@@ -283,13 +324,15 @@ def _vector_tile(extent: int, lanes: int) -> int:
 
 
 def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSizes,
-                dtype_bytes: int = 4, reads: dict[int, frozenset[int]] | None = None) -> dict[int, list[int]]:
+                dtype_bytes: int = 4, reads: dict[int, frozenset[int]] | None = None,
+                strided: bool = False) -> dict[int, list[int]]:
     """Analytic tiles for one multi-level-tiled block (``n_s`` spatial levels, 2 reduction).
 
     ``reads`` (site -> the reads its iterator indexes) chooses the register tile's row axis:
     an axis that the reads along the vector axis do not use, so that one vector load feeds a
     whole column of accumulators (an NCHW conv's output channels, not its rows); without one,
-    the spatial axis before the vector axis.
+    the spatial axis before the vector axis. ``strided``: the block reads an input with a
+    stride (see :data:`FEW_ROWS_PANEL_L1`).
     """
     out: dict[int, list[int]] = {}
     ext = {idx: e for idx, e in g.spatial}
@@ -357,6 +400,10 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
             if more > t[vec][-1]:
                 rem[vec] = rem[vec] * t[vec][-1] // more
                 t[vec][-1] = more
+    # A one-row register tile of a split panel, read without a stride: its kernel window goes
+    # inside the inner reduction tile (FEW_ROWS_PANEL_L1).
+    window_inside = bool(few_rows and FEW_ROWS_PANEL_L1 and not strided and row is not None
+                         and t[row][-1] == 1 and not vec_looped)
     if (FILL_ACCUMULATORS and row is not None and vec is not None and not few_rows and not padded_row
             and not vec_looped and t[vec][-1] % lanes == 0):
         # A row axis with no divisor near the rows wanted (a 7x7 output's 7 columns: 1 row, so
@@ -423,7 +470,7 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
         elif row is not None and not padded_row and not vec_looped:  # a padded row axis: 2.2x slower with a middle tile
             t[row][-2] = _largest_divisor(rem[row], MID)
             rem[row] //= t[row][-2]
-        if vec is not None and not vec_looped:
+        if vec is not None and not vec_looped and not window_inside:
             t[vec][-2] = _largest_divisor(rem[vec], MID)
             rem[vec] //= t[vec][-2]
     # The rest in the second level (outside the reduction, not fused into the parallel loop).
@@ -438,7 +485,21 @@ def _tile_group(g: _TileGroup, n_s: int, lanes: int, cores: int, caches: CacheSi
     red = [idx for idx, e in g.reduction if e > 1]
     for idx, e in g.reduction:
         out[idx] = [e, 1]
-    if red:
+    if red and window_inside:
+        # A few-rows split panel (a 7x7 conv's weights): every pixel of the step reuses the
+        # step's slice of weights, so the kernel window comes inside and the input channels
+        # are sized so that the slice stays in L1 (see FEW_ROWS_PANEL_L1).
+        # The input-channel axis is the longest (last in NHWC, first in NCHW); the others are
+        # the window.
+        extents = dict(g.reduction)
+        chan = max(reversed(red), key=lambda idx: extents[idx])
+        window = math.prod(extents[idx] for idx in red if idx != chan)
+        for idx in red:
+            out[idx] = [1, extents[idx]]
+        fit = int(FEW_ROWS_PANEL_L1 * caches.l1) // dtype_bytes // max(1, window * cols)
+        inner = _largest_divisor(extents[chan], max(1, fit))
+        out[chan] = [extents[chan] // inner, inner]
+    elif red:
         last = red[-1]
         e = dict(g.reduction)[last]
         # (a few-rows panel's output tile at the middle level is not counted in: it left inner
@@ -473,7 +534,8 @@ def _analytic_decisions(skeleton: Any, target: Any, mod: Any = None) -> tuple[di
     n_s = tiling.count("S") or 4
     out: dict[int, Any] = {}
     for g in _tile_groups(skeleton.insts, skeleton.decisions, skeleton.sites):
-        out.update(_tile_group(g, n_s, lanes, cores, caches, reads=_site_reads(g, skeleton.insts, mod)))
+        out.update(_tile_group(g, n_s, lanes, cores, caches, reads=_site_reads(g, skeleton.insts, mod),
+                               strided=mod is not None and _strided_reads(mod, g.block)))
     for idx, site in sorted(skeleton.sites.items()):
         if idx in out or site.kind == "compute_location":
             continue
