@@ -96,8 +96,8 @@ INNER_REDUCTION_ALL = True
 #: window outside, 16 channels a step 1.08-1.22x the stored best; window inside with 8 channels
 #: (18 KB of 32) 0.87-0.93x; 16 channels (37 KB) 1.37-1.45x. Predicted, two threads: the three
 #: such convs 1.84 / 2.35 / 1.86 -> 1.75 / 1.75 / 1.82 ms (medians). Where the tile has two rows
-#: (14x14x256) or the conv a stride of 2, the same rule ran 1.0-1.14x slower: not applied.
-#: ``0``: the rule is off.
+#: (14x14x256) the same rule ran 1.00-1.14x as long, where the conv has a stride of 2 1.09-1.17x:
+#: not applied there. ``0``: the rule is off.
 FEW_ROWS_PANEL_L1 = 0.75
 #: Where the register tile is left with 1 row (a 7-wide output: no divisor near the rows wanted),
 #: choose its rows and vectors again to hold up to ``ROWS x VECTORS`` accumulators
