@@ -31,10 +31,11 @@ Re-measure only on the machine the records' hardware key describes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,19 +142,31 @@ def _scheduled(mod: Any, trace_json: Any) -> Any:
     return sch.mod
 
 
-def _measure(mods: list[Any], target: Any, repeats: int, number: int, runner: Any, builder: Any,
-             rounds: int = 1) -> list[Any]:
-    own_runner = runner is None
-    own_builder = builder is None
-    run = make_runner(number=number, repeat=per_round(repeats, rounds), min_repeat_ms=0) if own_runner else runner
+@contextlib.contextmanager
+def _runner_and_builder(runner: Any, builder: Any, new_runner: Callable[[], Any]) -> Iterator[tuple[Any, Any]]:
+    """``(runner, builder)``: the ones lent, or new ones (``new_runner()``, an in-process
+    builder) closed on leaving."""
+    own_runner, own_builder = runner is None, builder is None
+    run = new_runner() if own_runner else runner
     build = make_builder(max_workers=0, warm_up_for=None) if own_builder else builder
     try:
-        return measure_mods(mods, target, builder=build, runner=run, rounds=rounds)
+        yield run, build
     finally:
         if own_runner:
             close_runner(run)
         if own_builder:
             build.close()
+
+
+def _new_runner(repeats: int, number: int, rounds: int) -> Callable[[], Any]:
+    """A factory of the runner a re-measurement makes when none is lent."""
+    return lambda: make_runner(number=number, repeat=per_round(repeats, rounds), min_repeat_ms=0)
+
+
+def _measure(mods: list[Any], target: Any, repeats: int, number: int, runner: Any, builder: Any,
+             rounds: int = 1) -> list[Any]:
+    with _runner_and_builder(runner, builder, _new_runner(repeats, number, rounds)) as (run, build):
+        return measure_mods(mods, target, builder=build, runner=run, rounds=rounds)
 
 
 def remeasure(
@@ -344,12 +357,8 @@ def remeasure_best(
     if time_limit_s is not None and time_limit_s <= 0:
         raise ConfigError(f"time_limit_s must be positive, got {time_limit_s!r}")
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
-    own_runner = runner is None
-    own_builder = builder is None
-    run = make_runner(number=number, repeat=per_round(repeats, rounds), min_repeat_ms=0) if own_runner else runner
-    build = make_builder(max_workers=0, warm_up_for=None) if own_builder else builder
     done: dict[str, RemeasuredRecord] = {}
-    try:
+    with _runner_and_builder(runner, builder, _new_runner(repeats, number, rounds)) as (run, build):
         while deadline is None or time.perf_counter() < deadline:
             top = store.best_k(key, hardware, k)
             todo = [r for r in top if r.uid not in done and (force or r.cv is None)]
@@ -362,11 +371,6 @@ def remeasure_best(
                     continue
                 store.set_latency(rec.uid, rm.median_s, rm.cv)
                 done[rec.uid] = RemeasuredRecord(rec.uid, rec.latency_s, rm)
-    finally:
-        if own_runner:
-            close_runner(run)
-        if own_builder:
-            build.close()
     return list(done.values())
 
 
@@ -500,14 +504,11 @@ def rerank_store(
     todo = [(sw, best) for sw, best in todo if len(best) >= 2 and sw.mod_json]
     todo.sort(key=lambda t: -(t[1][0].latency_s or 0.0))
     out: list[Reranked] = []
-    own_runner, own_builder = runner is None, builder is None
-    run = make_runner() if own_runner else runner
-    build = make_builder(max_workers=0, warm_up_for=None) if own_builder else builder
-    # A round is the search's unit: three single runs where the runner times cold, else one
-    # sample of DEFAULT_NUMBER runs.
-    cold = getattr(getattr(run, "evaluator_config", None), "enable_cpu_cache_flush", False)
-    samples = COLD_REPEATS if cold else 1
-    try:
+    with _runner_and_builder(runner, builder, make_runner) as (run, build):
+        # A round is the search's unit: three single runs where the runner times cold, else one
+        # sample of DEFAULT_NUMBER runs.
+        cold = getattr(getattr(run, "evaluator_config", None), "enable_cpu_cache_flush", False)
+        samples = COLD_REPEATS if cold else 1
         with evaluating(run, repeat=samples, number=DEFAULT_NUMBER) as lent:
             for i, (sw, best) in enumerate(todo):
                 if (deadline is not None and time.perf_counter() >= deadline) or stop_requested():
@@ -525,11 +526,6 @@ def rerank_store(
                 out.append(res)
                 if on_workload is not None:
                     on_workload(i, len(todo), res)
-    finally:
-        if own_runner:
-            close_runner(run)
-        if own_builder:
-            build.close()
     return out
 
 
