@@ -134,7 +134,7 @@ def search(misses: Sequence[Any], target: Any, store: Any, hw: HardwareKey, *, t
     mp = bounded_plan(mp, trials_per_task, reuse_trials)
     max_trials = plan_budget(mp, trials_per_task)
     if progress is not None and hasattr(progress, "start"):
-        progress.start(len(mp.plan.steps), max_trials)
+        progress.start(len(mp.plan.steps), max_trials, {s.node: s.est_trials for s in mp.plan.steps})
     by_key = {t.key: t for t in misses}
     mods = {node: by_key[pt.key].mod for node, pt in mp.tasks.items()}
     mods.update({n: materialize_bridge(nest, nest.extents) for n, nest in mp.bridges.items()})

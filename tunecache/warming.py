@@ -280,7 +280,7 @@ def warm_tasks(tasks: Sequence[Any], tgt: Any, hw: Any, st: Any, t0: float, *, f
             printer.step(o)
 
     if printer is not None:
-        printer.start(len(mp.plan.steps), max_trials)
+        printer.start(len(mp.plan.steps), max_trials, {s.node: s.est_trials for s in mp.plan.steps})
     try:
         if executor == "ray":
             from tunecache.search.ray_executor import execute_plan_ray
