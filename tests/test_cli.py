@@ -81,6 +81,7 @@ def test_budgets_below_one_are_refused_naming_the_flag(capfd, argv, flag) -> Non
     (["compile", "small_cnn", "--trails-per-task=3"], 2, "; did you mean --trials-per-task?"),
     (["compile", "small-cnn", "--db", "memory"], 1, "did you mean 'small_cnn'?"),
     (["compile", "small_cnn", "--xyz"], 2, None),  # nothing close: no guess
+    (["compile", "bert_base:seq_len=abc", "--db", "memory"], 1, "seq_len takes a positive integer (default 128)"),
     (["compile", "small_cnn", "--tune", "sometimes"], 2, None),
 ])
 def test_a_mistyped_command_flag_or_model_says_what_was_likely_meant(capfd, argv, code, meant) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import warnings
 
 import numpy as np
@@ -513,6 +514,30 @@ def test_zoo_registry():
     with pytest.raises(UnsupportedModelError, match="takes batch"):
         zoo.get("resnet18", depth=34)
     assert "seq_len=128" in zoo.describe("bert_base")
+
+
+@pytest.mark.parametrize(("params", "says"), [
+    ({"seq_len": "abc"}, "seq_len takes a positive integer (default 128), got 'abc'"),
+    ({"seq_len": 0}, "seq_len takes a positive integer"),  # TVM's reshape of an empty tensor, before
+    ({"batch": -1}, "batch takes a positive integer"),  # "fix its factory" and a torch error, before
+    ({"num_layers": 1.5}, "num_layers takes a positive integer"),
+])
+def test_a_zoo_parameter_of_the_wrong_kind_is_named_with_its_default(params, says):
+    with pytest.raises(UnsupportedModelError, match=re.escape(says)):
+        zoo.get("bert_base", **params)
+
+
+def test_zoo_parameters_from_the_command_line_take_their_defaults_kinds():
+    from tunecache.models import load_model_spec
+
+    with pytest.raises(UnsupportedModelError, match=r"width_mult takes a positive number \(default 1.0\), got 'x'"):
+        load_model_spec("mobilenet_v2:width_mult=x")
+    with pytest.raises(UnsupportedModelError, match="batch_norm takes true or false"):
+        load_model_spec("vgg16:batch_norm=maybe")
+    _, inputs, name = load_model_spec("small_cnn:batch=2,num_classes=4")
+    assert name == "small_cnn(batch=2, num_classes=4)" and tuple(inputs[0].shape) == (2, 3, 16, 16)
+    for word, flag in (("yes", True), ("FALSE", False), ("1", True)):
+        assert zoo._checked_param("vgg16", "batch_norm", word, False) is flag
 
 
 def test_zoo_models_are_seeded_eval_and_leave_the_global_rng_alone():

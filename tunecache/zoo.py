@@ -770,6 +770,46 @@ def _entry(name: str) -> _Entry:
         ) from None
 
 
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _checked_param(model: str, key: str, value: Any, default: Any) -> Any:
+    """``value`` as the type of the parameter's ``default`` (the command line passes ``"yes"``,
+    ``"64"``): a flag a boolean, a size a positive integer, a factor a positive number.
+
+    Raises
+    ------
+    UnsupportedModelError
+        Naming the parameter, what it takes and its default, where ``value`` is none of that (a
+        model built from ``seq_len="abc"`` failed deep in PyTorch, blaming the factory).
+    """
+    text = str(value).strip().lower()
+    if isinstance(default, bool):
+        got: Any = value if isinstance(value, bool) else (True if text in _TRUE else False if text in _FALSE
+                                                           else None)
+        what = "true or false"
+    elif isinstance(default, int):
+        try:
+            got = value if isinstance(value, int) and not isinstance(value, bool) else int(text)
+        except ValueError:
+            got = None
+        got = got if got is not None and got >= 1 else None
+        what = "a positive integer"
+    else:
+        try:
+            got = None if isinstance(value, bool) else float(value)
+        except (TypeError, ValueError):
+            got = None
+        got = got if got is not None and got > 0 and got != float("inf") else None
+        what = "a positive number"
+    if got is None:
+        raise UnsupportedModelError(
+            f"zoo model {model!r}: {key} takes {what} (default {default!r}), got {value!r}; "
+            f"e.g. {model}:{key}={str(default).lower() if isinstance(default, bool) else default}"
+        )
+    return got
+
+
 def get(name: str, *, seed: int = 0, **params: Any) -> ZooModel:
     """Build a zoo model with seeded random weights, in eval mode.
 
@@ -791,7 +831,8 @@ def get(name: str, *, seed: int = 0, **params: Any) -> ZooModel:
     Raises
     ------
     UnsupportedModelError
-        If ``name`` is unknown or a parameter is not one the model takes.
+        If ``name`` is unknown, a parameter is not one the model takes, or its value is not of
+        the default's kind (a flag, a positive integer, a positive number).
     DependencyError
         If PyTorch is not installed.
 
@@ -807,7 +848,7 @@ def get(name: str, *, seed: int = 0, **params: Any) -> ZooModel:
             f"zoo model {name!r} takes no parameter {', '.join(unknown)}; "
             f"it takes {', '.join(entry.defaults)}"
         )
-    kwargs = {**entry.defaults, **params}
+    kwargs = {**entry.defaults, **{k: _checked_param(name, k, v, entry.defaults[k]) for k, v in params.items()}}
     torch = _torch()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
