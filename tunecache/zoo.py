@@ -644,22 +644,11 @@ def _small_cnn(*, batch: int, image_size: int, num_classes: int) -> tuple[Any, t
     return _build_small_cnn(num_classes), (torch.randn(batch, 3, image_size, image_size),)
 
 
-def _flag(name: str, value: Any) -> bool:
-    """A boolean parameter as the command line gives it (``batch_norm=1``, ``batch_norm=true``)."""
-    if isinstance(value, bool):
-        return value
-    if value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no"):
-        return value.lower() in ("true", "yes")
-    raise UnsupportedModelError(f"{name} is true or false (or 1 or 0), got {value!r}")
-
-
-def _vgg16(*, batch: int, image_size: int, num_classes: int, batch_norm: Any) -> tuple[Any, tuple[Any, ...]]:
+def _vgg16(*, batch: int, image_size: int, num_classes: int, batch_norm: bool) -> tuple[Any, tuple[Any, ...]]:
     torch = _torch()
     if image_size < 32:
         raise UnsupportedModelError(f"vgg16 halves its images five times: image_size={image_size} is below 32")
-    model = _build_vgg16(num_classes, _flag("vgg16: batch_norm", batch_norm))
+    model = _build_vgg16(num_classes, batch_norm)  # a bool: zoo.get checked it
     return model, (torch.randn(batch, 3, image_size, image_size),)
 
 
@@ -858,6 +847,7 @@ def get(name: str, *, seed: int = 0, **params: Any) -> ZooModel:
     module.eval()
     for p in module.parameters():
         p.requires_grad_(False)
-    label = ", ".join(f"{k}={kwargs[k]!r}" for k in entry.defaults if k in params)
+    # The name shows the values as given (``batch_norm=1``), as it did before they were checked.
+    label = ", ".join(f"{k}={params[k]!r}" for k in entry.defaults if k in params)
     full_name = f"{name}({label})" if label else name
     return ZooModel(full_name, module, tuple(inputs), entry.description)
