@@ -243,19 +243,27 @@ def _tile_groups(insts: list[Any], decisions: dict[int, Any], sites: dict[int, A
     return list(groups.values())
 
 
-def _strided_reads(mod: Any, block: str) -> bool:
-    """Whether a read of ``block`` indexes with a spatial iterator times a constant above 1 (a
-    stride-2 conv's input, ``yy * 2 + ry``); ``False`` if the block is not found."""
-    if not block:
-        return False
+def _sblock(mod: Any, block: str) -> Any:
+    """The ``SBlock`` named ``block`` in ``mod`` (the task), or ``None`` where it is not found;
+    looked up once a tile group and read by :func:`_site_reads` and :func:`_strided_reads`."""
+    if mod is None or not block:
+        return None
     try:
         from tvm.s_tir import Schedule
 
+        sch = Schedule(mod)
+        return sch.get(sch.get_sblock(block))
+    except Exception:  # noqa: BLE001 - no block information: the defaults
+        return None
+
+
+def _strided_reads(blk: Any) -> bool:
+    """Whether a read of the block ``blk`` indexes with a spatial iterator times a constant
+    above 1 (a stride-2 conv's input, ``yy * 2 + ry``)."""
+    try:
         from tunecache.tvm_layer import load_tvm
 
         tvm = load_tvm()
-        sch = Schedule(mod)
-        blk = sch.get(sch.get_sblock(block))
         spatial = {str(iv.var.name) for iv in blk.iter_vars if int(iv.iter_type) == 0}
         stack = [rng.min for region in blk.reads for rng in region.region]
         while stack:
@@ -271,18 +279,12 @@ def _strided_reads(mod: Any, block: str) -> bool:
         return False
 
 
-def _block_reads_by_axis(mod: Any, block: str) -> list[frozenset[int]] | None:
-    """For each iterator of ``block`` (in order), the indices of the block's reads whose index
-    expressions use it; ``None`` if the block is not found."""
-    if not block:
-        return None
+def _block_reads_by_axis(blk: Any) -> list[frozenset[int]] | None:
+    """For each iterator of the block ``blk`` (in order), the indices of the block's reads whose
+    index expressions use it; ``None`` if they cannot be read."""
     try:
-        from tvm.s_tir import Schedule
-
         from tunecache.tvm_layer.features import _free_vars
 
-        sch = Schedule(mod)
-        blk = sch.get(sch.get_sblock(block))
         used: list[set[str]] = []
         for region in blk.reads:
             names: set[str] = set()
@@ -295,11 +297,12 @@ def _block_reads_by_axis(mod: Any, block: str) -> list[frozenset[int]] | None:
         return None
 
 
-def _site_reads(g: _TileGroup, insts: list[Any], mod: Any) -> dict[int, frozenset[int]] | None:
-    """Site index -> the reads (by index) that the site's loop's iterator appears in."""
-    if mod is None or g.loops is None:
+def _site_reads(g: _TileGroup, insts: list[Any], blk: Any) -> dict[int, frozenset[int]] | None:
+    """Site index -> the reads (by index) that the site's loop's iterator appears in (``blk``:
+    the group's block, :func:`_sblock`)."""
+    if blk is None or g.loops is None:
         return None
-    by_axis = _block_reads_by_axis(mod, g.block)
+    by_axis = _block_reads_by_axis(blk)
     if by_axis is None or len(by_axis) != len(g.loops):
         return None
     out: dict[int, frozenset[int]] = {}
@@ -534,8 +537,9 @@ def _analytic_decisions(skeleton: Any, target: Any, mod: Any = None) -> tuple[di
     n_s = tiling.count("S") or 4
     out: dict[int, Any] = {}
     for g in _tile_groups(skeleton.insts, skeleton.decisions, skeleton.sites):
-        out.update(_tile_group(g, n_s, lanes, cores, caches, reads=_site_reads(g, skeleton.insts, mod),
-                               strided=mod is not None and _strided_reads(mod, g.block)))
+        blk = _sblock(mod, g.block)
+        out.update(_tile_group(g, n_s, lanes, cores, caches, reads=_site_reads(g, skeleton.insts, blk),
+                               strided=blk is not None and _strided_reads(blk)))
     for idx, site in sorted(skeleton.sites.items()):
         if idx in out or site.kind == "compute_location":
             continue
