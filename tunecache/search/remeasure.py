@@ -488,17 +488,17 @@ def rerank_store(
     if time_limit_s is not None and time_limit_s <= 0:
         raise ConfigError(f"time_limit_s must be positive, got {time_limit_s!r}")
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
-    stored = store.workloads(family=family)
+    every = store.workloads(family=family)
+    stored = every
     if names is not None:  # checked before any record is read: a store may hold many workloads
         wanted = set(names)
-        stored = [sw for sw in stored if sw.desc.name in wanted]
+        stored = [sw for sw in every if sw.desc.name in wanted]
     todo = [(sw, store.best_k(sw.key, hardware, top)) for sw in stored]
     if names is not None:
         known = {sw.desc.name for sw, best in todo if best}
         missing = [n for n in names if n not in known]
         if missing:
-            every = {sw.desc.name for sw in store.workloads(family=family)}
-            hint = did_you_mean(missing[0], every)
+            hint = did_you_mean(missing[0], {sw.desc.name for sw in every})
             raise ConfigError(f"no workload named {missing[0]!r} has records for this hardware in the store"
                               f"{'; ' + hint if hint else ''} (`tunecache db ls` lists them)")
     todo = [(sw, best) for sw, best in todo if len(best) >= 2 and sw.mod_json]
