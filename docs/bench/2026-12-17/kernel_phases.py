@@ -20,11 +20,11 @@ import copy
 import json
 import os
 import re
-import sqlite3
 import sys
 import tempfile
 import time
 import warnings
+from pathlib import Path
 
 os.environ.setdefault("TVM_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -39,19 +39,12 @@ from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: E402
 
 from tunecache.search.narrow.align import Materializer, Skeleton  # noqa: E402
 from tunecache.search.remeasure import _scheduled  # noqa: E402
-from tunecache.store.keys import WorkloadKey  # noqa: E402
-from tunecache.tvm_layer.convert import workload_from_json  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
+from _stored_kernel import stored_kernel  # noqa: E402
 
 db, wid, variants = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-hw = con.execute("select target from tc_hardware").fetchone()[0]
-target = tvm.target.Target(json.loads(hw) if hw.startswith("{") else hw)
-target = tvm.target.Target({**target.export(), "num-cores": 1})
-shash, mod_json = con.execute("select shash, mod_json from tc_workload where id=?", (wid,)).fetchone()
-mod = workload_from_json(WorkloadKey(shash, "x"), mod_json).mod
-best = json.loads(con.execute(
-    "select trace_json from tc_record where workload_id=? and latency_s is not null and stale=0 "
-    "order by latency_s limit 1", (wid,)).fetchone()[0])
+target, mod, best = stored_kernel(db, wid)
 
 mat = Materializer(mod, target, 0)
 skeleton = Skeleton(0, best)

@@ -15,7 +15,7 @@ rewrite block). Prints each program's FMA count in the assembly, then per progra
 the median of the fast rounds, and paired medians over the stored best and over ORT.
 (MISMATCH lines compare outputs of programs whose weight layouts differ: ignore them.)
 """
-import copy, json, os, sqlite3, sys, time, warnings, tempfile
+import copy, json, os, sys, time, warnings, tempfile
 os.environ.setdefault("TVM_NUM_THREADS", "1")
 warnings.simplefilter("ignore")
 import numpy as np
@@ -25,19 +25,11 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tunecache.search.narrow.align import Materializer, Skeleton
 from tunecache.search.remeasure import _scheduled
-from tunecache.store.keys import WorkloadKey
-from tunecache.tvm_layer.convert import workload_from_json
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "tools"))
+from _stored_kernel import stored_kernel
 
 db, wid, variants = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-hw = con.execute("select target from tc_hardware").fetchone()[0]
-target = tvm.target.Target(json.loads(hw) if hw.startswith("{") else hw)
-target = tvm.target.Target({**target.export(), "num-cores": 1})
-shash, mod_json = con.execute("select shash, mod_json from tc_workload where id=?", (wid,)).fetchone()
-mod = workload_from_json(WorkloadKey(shash, "x"), mod_json).mod
-best = json.loads(con.execute(
-    "select trace_json from tc_record where workload_id=? and latency_s is not null and stale=0 "
-    "order by latency_s limit 1", (wid,)).fetchone()[0])
+target, mod, best = stored_kernel(db, wid)
 mat = Materializer(mod, target, 0)
 sk = Skeleton(0, best)
 if os.environ.get("SHOW"):
